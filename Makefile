@@ -1,0 +1,40 @@
+# Two commands on a fresh machine:
+#   make site   installs everything (pinned, into .venv), builds the site and serves it
+#   make test   installs the test tools (Slurm, munge, Lmod, ...) and runs every test
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PORT ?= 8000
+
+.PHONY: site build test install system-deps cluster-start cluster-stop clean
+
+$(VENV)/.installed: requirements.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --disable-pip-version-check -q -r requirements.txt
+	touch $@
+
+install: $(VENV)/.installed
+
+build: install
+	$(PY) -m mkdocs build --strict
+
+site: build
+	$(PY) -m mkdocs serve --strict -a 127.0.0.1:$(PORT)
+
+system-deps:
+	bash tools/install-system-deps.sh
+
+# pytest (helpers) + nbval strict (every notebook) + mkdocs build --strict + shellcheck +
+# every slurm/*.sbatch on the local 2-node Slurm cluster, which the run starts and stops.
+test: install system-deps
+	$(PY) -m pytest
+
+cluster-start: install system-deps
+	$(PY) tools/local_slurm.py start
+
+cluster-stop:
+	$(PY) tools/local_slurm.py stop
+
+clean:
+	rm -rf site runs logs

@@ -1,0 +1,134 @@
+"""The few pieces every step's script shares: data, model, distributed set-up and tear-down.
+
+Scripts import it as `from ddp_helpers import ...`; it sits next to them in code/.
+"""
+import os
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.utils.data import TensorDataset
+
+N_TRAIN = 1440  # divisible by 1..6, 8, 9, 10, 12, 16: equal shards for every world size we use
+
+
+# --8<-- [start:data]
+def load_dataset(name="digits", data_dir="data"):
+    """Return (train, test) datasets of 1-channel images and labels 0-9.
+
+    digits: scikit-learn's 1,797 real 8x8 handwritten digits, shipped inside its wheel, so
+    nothing is downloaded. mnist: torchvision's MNIST class reading files you fetched first.
+    """
+    if name == "digits":
+        from sklearn.datasets import load_digits
+        x, y = load_digits(return_X_y=True)
+        x = torch.tensor(x, dtype=torch.float32).view(-1, 1, 8, 8) / 16.0
+        y = torch.tensor(y, dtype=torch.long)
+        order = torch.randperm(len(x), generator=torch.Generator().manual_seed(1234))  # fixed split
+        x = (x - x.mean()) / x.std()
+        tr, te = order[:N_TRAIN], order[N_TRAIN:]
+        return TensorDataset(x[tr], y[tr]), TensorDataset(x[te], y[te])
+    if name == "mnist":
+        from torchvision import datasets, transforms
+        tf = transforms.Compose([transforms.ToTensor(), transforms.Normalize((0.1307,), (0.3081,))])
+        try:  # download=False: compute nodes have no internet, and N ranks must not all download
+            return (datasets.MNIST(data_dir, train=True, transform=tf, download=False),
+                    datasets.MNIST(data_dir, train=False, transform=tf, download=False))
+        except RuntimeError as e:
+            raise SystemExit(
+                f"error: MNIST not found under {os.path.abspath(data_dir)}/MNIST ({e}). Fetch it once "
+                f"on a login node (it has internet): python -c \"from torchvision import datasets; "
+                f"datasets.MNIST('{data_dir}', download=True)\"") from None
+    raise SystemExit(f"error: unknown dataset {name!r}: use digits or mnist")
+# --8<-- [end:data]
+
+
+class ConvNet(nn.Module):
+    """CSC's tutorial ConvNet: two 5x5 conv + pool blocks and a linear layer."""
+
+    def __init__(self, image_size=8, batchnorm=False):
+        super().__init__()
+        norm = nn.BatchNorm2d if batchnorm else (lambda c: nn.Identity())
+        self.features = nn.Sequential(
+            nn.Conv2d(1, 16, 5, padding=2), norm(16), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(16, 32, 5, padding=2), norm(32), nn.ReLU(), nn.MaxPool2d(2))
+        self.fc = nn.Linear(32 * (image_size // 4) ** 2, 10)
+
+    def forward(self, x):
+        return self.fc(self.features(x).flatten(1))
+
+
+@torch.no_grad()
+def accuracy(model, dataset, device, batch_size=500):
+    """Fraction of `dataset` that `model` classifies correctly (one process, whole set)."""
+    model.eval()
+    correct = 0
+    for x, y in torch.utils.data.DataLoader(dataset, batch_size=batch_size):
+        correct += (model(x.to(device)).argmax(1) == y.to(device)).sum().item()
+    model.train()
+    return correct / len(dataset)
+
+
+# --8<-- [start:setup]
+def setup_distributed(backend="auto", timeout_s=300):
+    """Join the process group; return (rank, local_rank, world_size, device).
+
+    torchrun (or srun, step 5) sets RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT.
+    One code path: nccl + one GPU per process when GPUs exist, gloo + CPU otherwise.
+    """
+    if "LOCAL_RANK" not in os.environ:
+        raise SystemExit("error: LOCAL_RANK is not set: start this script with torchrun "
+                         "(torchrun --standalone --nproc_per_node=2 SCRIPT) or srun (step 5)")
+    local_rank = int(os.environ["LOCAL_RANK"])  # from the environment, never a --local_rank option
+    if backend == "auto":
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+    if backend == "nccl":
+        if torch.cuda.device_count() <= local_rank:
+            raise SystemExit(f"error: backend nccl needs a GPU for local rank {local_rank}, but "
+                             f"{torch.cuda.device_count()} are visible: use gloo on CPU nodes")
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)  # else every rank allocates on GPU 0
+    else:
+        device = torch.device("cpu")
+    # A timeout turns a hang (a rank that never arrives) into an error you can read.
+    dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s))
+    return dist.get_rank(), local_rank, dist.get_world_size(), device
+
+
+def cleanup():
+    """Leave together: without the barrier a fast rank's exit can abort a slow one (gloo)."""
+    dist.barrier()
+    dist.destroy_process_group()
+# --8<-- [end:setup]
+
+
+def per_rank_batch(global_batch, world_size):
+    """The global batch is the one you tune; each rank takes an equal share of it."""
+    if global_batch % world_size:
+        raise SystemExit(f"error: batch size {global_batch} is not divisible by world size "
+                         f"{world_size}: use a multiple of {world_size}")
+    return global_batch // world_size
+
+
+def mean_over_ranks(value):
+    """Average a Python number over all ranks (gloo has no ReduceOp.AVG, so SUM / world)."""
+    t = torch.tensor(float(value), dtype=torch.float64)
+    if dist.get_backend() == "nccl":
+        t = t.cuda()
+    dist.all_reduce(t)
+    return t.item() / dist.get_world_size()
+
+
+def assert_replicas_equal(model):
+    """DDP's promise: after every step all ranks hold bitwise identical parameters."""
+    for name, p in model.named_parameters():
+        p0 = p.detach().clone()
+        dist.broadcast(p0, src=0)
+        assert torch.equal(p0, p.detach()), f"rank {dist.get_rank()}: {name} differs from rank 0"
+
+
+def print0(*args, **kwargs):
+    """Print once, from rank 0 (or from the only process when not distributed)."""
+    if not dist.is_initialized() or dist.get_rank() == 0:
+        print(*args, **kwargs, flush=True)

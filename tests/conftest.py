@@ -1,0 +1,38 @@
+"""Start the local Slurm cluster before anything runs (nbval's kernels inherit its env)."""
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT / "code"), str(ROOT / "tools")]
+import local_slurm  # noqa: E402
+
+_started = False
+
+
+def pytest_sessionstart(session):
+    global _started
+    if os.environ.get("LOCAL_SLURM") == "off":
+        return
+    try:
+        was_running = local_slurm.running()
+        os.environ.update(local_slurm.start(venv_bin=str(Path(sys.executable).parent)))
+        _started = not was_running  # a cluster someone else started is left running
+    except local_slurm.ClusterError as e:
+        pytest.exit(f"could not start the local Slurm cluster: {e}", returncode=3)
+    os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if _started:
+        local_slurm.stop(quiet=True)
+
+
+@pytest.fixture(scope="session")
+def cluster():
+    """The running local cluster's client environment (SLURM_CONF, MODULEPATH, ...)."""
+    if os.environ.get("LOCAL_SLURM") == "off" or not local_slurm.running():
+        pytest.skip("local Slurm cluster is off (LOCAL_SLURM=off)")
+    return local_slurm.env()

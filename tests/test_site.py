@@ -1,0 +1,75 @@
+"""The site builds strictly, every sbatch file passes shellcheck and is executed somewhere."""
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SBATCH = sorted(ROOT.glob("slurm/*.sbatch"))
+
+
+def test_mkdocs_build_strict(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(tmp_path / "site")],
+                       cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    html = (tmp_path / "site" / "01-ddp" / "index.html").read_text()
+    assert "torch.distributed.run" in html  # the sbatch file included by snippet
+    assert "DistributedSampler" in html and 'class="language-diff' in html or "highlight" in html
+
+
+def test_mkdocs_hook_fails_on_a_missing_tag(tmp_path):
+    sys.path.insert(0, str(ROOT / "tools"))
+    import mkdocs_hooks
+
+    class Cfg:
+        config_file_path = str(ROOT / "mkdocs.yml")
+
+    class Page:
+        class file:
+            src_path = "x.md"
+
+    with pytest.raises(SystemExit, match="expected one cell tagged 'nope'"):
+        mkdocs_hooks.on_page_markdown("<!-- output notebooks/01-ddp.ipynb nope -->", Page, Cfg, None)
+    with pytest.raises(SystemExit, match="No such file"):
+        mkdocs_hooks.on_page_markdown("<!-- diff code/nope.py code/01_ddp.py -->", Page, Cfg, None)
+    out = mkdocs_hooks.on_page_markdown("<!-- diff code/01_single.py code/01_ddp.py -->", Page, Cfg, None)
+    assert out.startswith("```diff\n--- code/01_single.py\n+++ code/01_ddp.py")
+
+
+@pytest.mark.parametrize("path", SBATCH, ids=lambda p: p.name)
+def test_shellcheck(path):
+    if not shutil.which("shellcheck"):
+        pytest.fail("shellcheck missing: apt-get install shellcheck (make test installs it)")
+    r = subprocess.run(["shellcheck", "--shell=bash", str(path)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout
+
+
+def submitted_by_notebooks():
+    found = set()
+    for nb in ROOT.glob("notebooks/*.ipynb"):
+        for cell in json.loads(nb.read_text())["cells"]:
+            found |= set(re.findall(r"submit\(\s*[\"'](slurm/[\w.-]+\.sbatch)", "".join(cell["source"])))
+    return found
+
+
+def test_every_sbatch_file_is_executed_by_the_tests():
+    """Each sbatch file is submitted by a notebook (nbval compares the job's output) or by
+    tests/test_sbatch.py (which checks its output)."""
+    from test_sbatch import EXPECTED
+    run = submitted_by_notebooks() | set(EXPECTED)
+    missing = [p.relative_to(ROOT).as_posix() for p in SBATCH if p.relative_to(ROOT).as_posix() not in run]
+    assert not missing, f"never submitted in the tests: {missing}"
+    assert all((ROOT / p).exists() for p in run)
+
+
+def test_every_step_has_its_four_files():
+    steps = {p.name[:2] for p in ROOT.glob("docs/[0-9][0-9]-*.md")}
+    assert steps
+    for n in steps:
+        assert list(ROOT.glob(f"notebooks/{n}-*.ipynb")), f"step {n}: no notebook"
+        assert list(ROOT.glob(f"code/{n}_*.py")), f"step {n}: no script"
+        assert list(ROOT.glob(f"slurm/{n}-*.sbatch")), f"step {n}: no sbatch file"

@@ -1,0 +1,75 @@
+"""Run the tutorial's real scripts and sbatch files from a notebook, and show what they print.
+
+    import sys; sys.path.insert(0, "../tools")
+    from jobs import run, submit
+    out = run("torchrun --standalone --nproc_per_node=2 code/01_ddp.py")
+    job = submit("slurm/01-ddp.sbatch")
+
+Commands run from the repository root, so paths read the same as in the README. A failing
+command or job raises, so a notebook (and the test suite that executes it) stops right there.
+"""
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+(ROOT / "runs").mkdir(exist_ok=True)  # scripts write their weights here (git ignores it)
+
+
+def _env():
+    # The notebook's own Python (the project's virtualenv) first on PATH: python, torchrun, ...
+    env = dict(os.environ)
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    env.setdefault("OMP_NUM_THREADS", "1")  # what torchrun would set; 2 processes share few cores
+    return env
+
+
+def run(cmd, check=True, timeout=300, grep=None):
+    """Run a shell command from the repository root; print and return its output.
+
+    grep: print only the lines containing this text (e.g. "error:" to show why a run failed
+    without the launcher's tracebacks); the whole output is still returned.
+    """
+    print(f"$ {cmd}")
+    r = subprocess.run(cmd, shell=True, cwd=ROOT, env=_env(), timeout=timeout,
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    shown = [l for l in r.stdout.splitlines(keepends=True) if grep is None or grep in l]
+    print("".join(shown), end="")
+    if r.returncode:
+        print(f"(exit code {r.returncode})")
+    if check and r.returncode != 0:
+        raise RuntimeError(f"command failed with exit code {r.returncode}: {cmd}")
+    return r.stdout
+
+
+def job_output(job_id):
+    return (ROOT / "logs" / f"job-{job_id}.out").read_text()
+
+
+def submit(sbatch_file, *options, check=True):
+    """Submit an sbatch file unchanged, wait for the job, print and return its output.
+
+    On a login node this is your real cluster: set SBATCH_ACCOUNT=project_... first (sbatch
+    reads it) and expect to wait for the queue. In the tests it is the local cluster.
+    """
+    (ROOT / "logs").mkdir(exist_ok=True)
+    cmd = ["sbatch", "--parsable", "--wait", f"--output={ROOT}/logs/job-%j.out", *options, sbatch_file]
+    print(f"$ sbatch {' '.join([*options, sbatch_file])}")
+    r = subprocess.run(cmd, cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    m = re.match(r"(\d+)", r.stdout)
+    if not m:
+        raise RuntimeError(f"sbatch refused the job: {r.stderr.strip()}")
+    job_id = m.group(1)
+    out = job_output(job_id)
+    print(f"job {job_id} ended with exit code {r.returncode}; its output:")
+    print(out, end="")
+    if check and r.returncode != 0:
+        raise RuntimeError(f"job {job_id} failed with exit code {r.returncode}")
+    return out
+
+
+def numbers(pattern, text):
+    """All floats captured by `pattern` in `text`: to compare printed results."""
+    return [float(x) for x in re.findall(pattern, text)]
