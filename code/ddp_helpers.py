@@ -3,6 +3,7 @@
 Scripts import it as `from ddp_helpers import ...`; it sits next to them in code/.
 """
 import os
+import sys
 from datetime import timedelta
 
 import torch
@@ -97,9 +98,18 @@ def setup_distributed(backend="auto", timeout_s=300):
 
 
 def cleanup():
-    """Leave together: without the barrier a fast rank's exit can abort a slow one (gloo)."""
+    """The last line of a script: leave together, then end this process.
+
+    The barrier keeps a fast rank from exiting while a slow one still talks to it. After
+    destroy_process_group() we leave with os._exit: gloo's threads sometimes abort the
+    process during Python's shutdown ("terminate called without an active exception"),
+    which turns a finished run into a failed job. Everything was written and flushed before.
+    """
     dist.barrier()
     dist.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 # --8<-- [end:setup]
 
 
