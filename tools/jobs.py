@@ -29,14 +29,15 @@ def _env():
 def run(cmd, check=True, timeout=300, grep=None):
     """Run a shell command from the repository root; print and return its output.
 
-    grep: print only the lines containing this text (e.g. "error:" to show why a run failed
-    without the launcher's tracebacks); the whole output is still returned.
+    grep: print only the distinct lines containing this text, sorted (e.g. "error:" to show
+    why a run failed without the launcher's tracebacks; ranks print in any order, so sorting
+    keeps the shown output stable); the whole output is still returned.
     """
     print(f"$ {cmd}")
     r = subprocess.run(cmd, shell=True, cwd=ROOT, env=_env(), timeout=timeout,
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    shown = [l for l in r.stdout.splitlines(keepends=True) if grep is None or grep in l]
-    print("".join(shown), end="")
+    lines = r.stdout.splitlines(keepends=True)
+    print("".join(lines if grep is None else sorted({l for l in lines if grep in l})), end="")
     if r.returncode:
         print(f"(exit code {r.returncode})")
     if check and r.returncode != 0:
