@@ -49,11 +49,12 @@ def job_output(job_id):
     return (ROOT / "logs" / f"job-{job_id}.out").read_text()
 
 
-def submit(sbatch_file, *options, check=True):
+def submit(sbatch_file, *options, check=True, grep=None):
     """Submit an sbatch file unchanged, wait for the job, print and return its output.
 
     On a login node this is your real cluster: set SBATCH_ACCOUNT=project_... first (sbatch
     reads it) and expect to wait for the queue. In the tests it is the local cluster.
+    grep: as in run(), print only the distinct lines containing this text, sorted.
     """
     (ROOT / "logs").mkdir(exist_ok=True)
     cmd = ["sbatch", "--parsable", "--wait", f"--output={ROOT}/logs/job-%j.out", *options, sbatch_file]
@@ -65,7 +66,8 @@ def submit(sbatch_file, *options, check=True):
     job_id = m.group(1)
     out = job_output(job_id)
     print(f"job {job_id} ended with exit code {r.returncode}; its output:")
-    print(out, end="")
+    lines = out.splitlines(keepends=True)
+    print("".join(lines if grep is None else sorted({l for l in lines if grep in l})), end="")
     if check and r.returncode != 0:
         raise RuntimeError(f"job {job_id} failed with exit code {r.returncode}")
     return out
