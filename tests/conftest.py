@@ -1,5 +1,6 @@
 """Start the local Slurm cluster before anything runs (nbval's kernels inherit its env)."""
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -36,3 +37,13 @@ def cluster():
     if os.environ.get("LOCAL_SLURM") == "off" or not local_slurm.running():
         pytest.skip("local Slurm cluster is off (LOCAL_SLURM=off)")
     return local_slurm.env()
+
+
+@pytest.fixture(scope="session")
+def site_dir(tmp_path_factory):
+    """The site, built once per test run with `mkdocs build --strict` (warnings are errors)."""
+    out = tmp_path_factory.mktemp("site")
+    r = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(out)], cwd=ROOT,
+                       capture_output=True, text=True, timeout=300, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    assert r.returncode == 0, f"mkdocs build --strict failed:\n{r.stderr[-3000:]}"
+    return out
