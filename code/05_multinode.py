@@ -51,7 +51,7 @@ loader = DataLoader(train, batch_size=batch, sampler=sampler)
 model = ConvNet(image_size=train[0][0].shape[-1]).to(device)
 model = DDP(model, device_ids=[local_rank] if device.type == "cuda" else None)
 opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
-print0(f"{world_size} processes on {nodes} nodes, started by {launcher}")
+print0(f"{world_size} processes on {nodes} node{'s' if nodes > 1 else ''}, started by {launcher}")
 print0(f"{world_size} processes, backend {torch.distributed.get_backend()}, device {device.type}, "
        f"batch {args.batch_size} = {world_size} x {batch}")
 

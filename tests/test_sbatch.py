@@ -10,6 +10,12 @@ import pytest
 from jobs import submit
 
 EXPECTED = {
+    # Step 5: one world across both nodes, and the losses of `code/01_single.py --epochs 2`
+    # (notebooks/05-multinode.ipynb asserts those equal the single process's).
+    "slurm/05-multinode-torchrun-mahti.sbatch": [
+        r"^8 processes on 2 nodes, started by torchrun$", r"^epoch 0 loss 2\.0825$", r"^epoch 1 loss 0\.7762$"],
+    "slurm/05-multinode-torchrun-lumi.sbatch": [
+        r"^16 processes on 2 nodes, started by torchrun$", r"^epoch 0 loss 2\.0825$", r"^epoch 1 loss 0\.7762$"],
 }
 
 
