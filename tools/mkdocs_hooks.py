@@ -31,6 +31,8 @@ def _output(root, notebook, tag):
         data = out.get("data", {})
         if out.get("output_type") == "stream":
             parts.append("```text\n" + "".join(out["text"]).rstrip() + "\n```")
+        elif "image/png" in data:  # a computed figure, embedded as it was drawn
+            parts.append(f'<img alt="{tag}" src="data:image/png;base64,{data["image/png"].strip()}">')
         elif "text/markdown" in data:
             parts.append("".join(data["text/markdown"]))
         elif "text/plain" in data:

@@ -1,0 +1,207 @@
+"""Step 10: how fast does the tutorial's ConvNet train on one GPU, and what makes it faster?
+
+A benchmark, not a test: it times training steps (images/s) of CSC's tutorial ConvNet on
+MNIST-shaped data for a ladder of input pipelines and optimisations, and writes JSON.
+
+    python code/10_benchmark.py --out benchmarks/h100.json     # on a GPU node
+    python code/10_benchmark.py --smoke                        # CPU: checks that it runs
+    torchrun --nproc_per_node=4 code/10_benchmark.py --out ... # DDP scaling: 4 GPUs
+
+A model this small is bound by kernel launches and the input pipeline, not by arithmetic, so
+the order of the ladder is the lesson: feed the GPU first, then cut launch overhead.
+"""
+import argparse
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader
+from torchvision import datasets, transforms
+
+from ddp_helpers import ConvNet, cleanup, setup_distributed
+
+p = argparse.ArgumentParser()
+p.add_argument("--batch-sizes", type=int, nargs="+", default=[100, 1024])
+p.add_argument("--seconds", type=float, default=3.0, help="time spent measuring each variant")
+p.add_argument("--n-images", type=int, default=60000)
+p.add_argument("--smoke", action="store_true", help="tiny sizes: checks every code path runs")
+p.add_argument("--out", help="write the results here (JSON)")
+args = p.parse_args()
+if args.smoke:
+    args.seconds, args.n_images = 0.3, 2000
+
+cuda = torch.cuda.is_available()
+device = torch.device("cuda" if cuda else "cpu")
+ddp = "LOCAL_RANK" in os.environ  # started by torchrun: measure DDP scaling instead
+if ddp:
+    rank, _, world, device = setup_distributed()
+torch.manual_seed(0)
+
+
+def fake_mnist(root, n):
+    """MNIST's own file format with random digits, read back by torchvision's real MNIST class."""
+    raw = os.path.join(root, "MNIST", "raw")
+    os.makedirs(raw, exist_ok=True)
+    rng = np.random.default_rng(0)
+    for split, count in [("train", n), ("t10k", 10)]:
+        with open(os.path.join(raw, f"{split}-images-idx3-ubyte"), "wb") as f:
+            f.write(np.array([2051, count, 28, 28], ">i4").tobytes() + rng.integers(0, 256, count * 784, np.uint8).tobytes())
+        with open(os.path.join(raw, f"{split}-labels-idx1-ubyte"), "wb") as f:
+            f.write(np.array([2049, count], ">i4").tobytes() + rng.integers(0, 10, count, np.uint8).tobytes())
+    tf = transforms.Compose([transforms.ToTensor(), transforms.Normalize((0.1307,), (0.3081,))])
+    return datasets.MNIST(root, train=True, transform=tf, download=False)
+
+
+def batches_from_loader(loader, non_blocking=False):
+    while True:
+        for x, y in loader:
+            yield x.to(device, non_blocking=non_blocking), y.to(device, non_blocking=non_blocking)
+
+
+def batches_on_device(x_all, y_all, batch, memory_format=torch.contiguous_format):
+    x_all = x_all.to(device).contiguous(memory_format=memory_format)
+    y_all = y_all.to(device)
+    while True:
+        for idx in torch.randperm(len(x_all), device=device).split(batch):
+            if len(idx) == batch:  # static shapes (torch.compile, CUDA graphs)
+                yield x_all[idx], y_all[idx]
+
+
+def measure(step, batches, batch):
+    """Images per second of `step` over `args.seconds`, after a warm-up."""
+    for _ in range(3):
+        step(*next(batches))
+    if cuda:
+        torch.cuda.synchronize()
+    n, start = 0, time.perf_counter()
+    while time.perf_counter() - start < args.seconds:
+        step(*next(batches))
+        n += 1
+        if cuda and n % 20 == 0:
+            torch.cuda.synchronize()
+    if cuda:
+        torch.cuda.synchronize()
+    return n * batch / (time.perf_counter() - start)
+
+
+def make_step(model, opt, autocast=False):
+    def step(x, y):
+        with torch.autocast(device.type, torch.bfloat16, enabled=autocast):
+            loss = F.cross_entropy(model(x), y)
+        opt.zero_grad(set_to_none=False)  # keep .grad tensors alive: CUDA graphs need fixed addresses
+        loss.backward()
+        opt.step()
+    return step
+
+
+def cuda_graph_step(model, opt, batch, memory_format):
+    """Capture forward + backward + optimizer step once, then replay it: one launch per step."""
+    sx = torch.zeros(batch, 1, 28, 28, device=device).contiguous(memory_format=memory_format)
+    sy = torch.zeros(batch, dtype=torch.long, device=device)
+    step = make_step(model, opt)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):  # warm up on a side stream before capture
+        for _ in range(3):
+            step(sx, sy)
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        step(sx, sy)
+
+    def replay(x, y):
+        sx.copy_(x)
+        sy.copy_(y)
+        g.replay()
+    return replay
+
+
+def gpu_utilisation(fn):
+    """Run fn() while nvidia-smi samples GPU utilisation; return (fn's result, mean %)."""
+    if not cuda or subprocess.run(["which", "nvidia-smi"], capture_output=True).returncode:
+        return fn(), None
+    samples, stop = [], threading.Event()
+
+    def sample():
+        while not stop.is_set():
+            out = subprocess.run(["nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits",
+                                  f"--id={torch.cuda.current_device()}"], capture_output=True, text=True).stdout
+            samples.append(float(out.split()[0])) if out.strip() else None
+            time.sleep(0.2)
+    t = threading.Thread(target=sample)
+    t.start()
+    try:
+        return fn(), (sum(samples) / len(samples) if samples else None)
+    finally:
+        stop.set()
+        t.join()
+
+
+with tempfile.TemporaryDirectory() as root:
+    train = fake_mnist(root, args.n_images)
+    x_all = train.data.unsqueeze(1).float().div(255).sub(0.1307).div(0.3081)
+    y_all = train.targets
+    workers = min(8, len(os.sched_getaffinity(0)))
+    results = []
+    for batch in args.batch_sizes:
+        lr = 0.05 * batch / 100  # linear scaling from the tutorial's batch 100 (step 3)
+        variants = {  # name -> (needs CUDA, build() -> (step, batches))
+            "DataLoader (tutorial baseline)": (False, lambda m, o: (make_step(m, o), batches_from_loader(
+                DataLoader(train, batch, shuffle=True, drop_last=True)))),
+            f"+ {workers} workers, pinned, non_blocking": (False, lambda m, o: (make_step(m, o), batches_from_loader(
+                DataLoader(train, batch, shuffle=True, drop_last=True, num_workers=workers, pin_memory=cuda,
+                           persistent_workers=True), non_blocking=True))),
+            "data resident on the device": (False, lambda m, o: (make_step(m, o), batches_on_device(x_all, y_all, batch))),
+            "+ bf16 autocast": (True, lambda m, o: (make_step(m, o, autocast=True), batches_on_device(x_all, y_all, batch))),
+            "+ channels_last": (True, lambda m, o: (make_step(m.to(memory_format=torch.channels_last), o),
+                                                    batches_on_device(x_all, y_all, batch, torch.channels_last))),
+            "+ torch.compile": (True, lambda m, o: (make_step(torch.compile(m), o), batches_on_device(x_all, y_all, batch))),
+            "+ CUDA graph of the whole step": (True, lambda m, o: (cuda_graph_step(m, o, batch, torch.contiguous_format),
+                                                                   batches_on_device(x_all, y_all, batch))),
+        }
+        if ddp:  # each rank: its shard on its GPU, gradients all-reduced by DDP every step
+            shard = slice(rank, None, world)
+            variants = {f"DDP, {world} processes, data resident": (False, lambda m, o: (
+                make_step(torch.nn.parallel.DistributedDataParallel(m, device_ids=[device] if cuda else None), o),
+                batches_on_device(x_all[shard], y_all[shard], batch // world)))}
+        for name, (needs_cuda, build) in variants.items():
+            row = {"variant": name, "batch": batch, "lr": lr}
+            if needs_cuda and not cuda:
+                row["skipped"] = "needs a CUDA GPU"
+            else:
+                torch.manual_seed(0)
+                model = ConvNet(image_size=28, batchnorm=True).to(device)
+                opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+                step, batches = build(model, opt)
+                row["images_per_s"], row["gpu_util_percent"] = gpu_utilisation(lambda: measure(step, batches, batch))
+                if ddp:  # each rank timed the same lockstep steps of the global batch: average them
+                    t = torch.tensor(row["images_per_s"] / world, device=device)
+                    torch.distributed.all_reduce(t)
+                    row["images_per_s"], row["gpus"] = t.item(), world
+                assert math.isfinite(row["images_per_s"]) and row["images_per_s"] > 0
+            results.append(row)
+            shown = row.get("skipped") or f"{row['images_per_s']:>10,.0f} images/s"
+            if not ddp or rank == 0:
+                print(f"batch {batch:>5}  {name:<40} {shown}", flush=True)
+
+report = {
+    "device": torch.cuda.get_device_name() if cuda else f"CPU ({os.cpu_count()} cores, {platform.processor() or platform.machine()})",
+    "torch": torch.__version__, "cuda": torch.version.cuda if cuda else None, "python": sys.version.split()[0],
+    "smoke": args.smoke, "seconds_per_variant": args.seconds, "n_images": args.n_images, "results": results,
+}
+if args.out and (not ddp or rank == 0):
+    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(report, f, indent=1)
+    print(f"wrote {args.out}")
+if ddp:
+    cleanup()
