@@ -1,0 +1,108 @@
+"""Step 3: the global batch and the learning rate. Start it with torchrun or srun.
+
+global batch = processes x per-process batch x accumulation steps. Comma-separated values of
+--optimizer, --batch-size and --scale run one training each (a sweep in one launch).
+"""
+import argparse
+import contextlib
+import copy
+import itertools
+
+import torch
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, DistributedSampler, RandomSampler
+
+from ddp_helpers import (ConvNet, accuracy, assert_replicas_equal, cleanup, load_dataset,
+                         mean_over_ranks, per_rank_batch, print0, setup_distributed)
+
+RULES = {  # the learning rate for global batch b, given base_lr tuned at batch base
+    "none": lambda lr, b, base: lr,
+    "linear": lambda lr, b, base: lr * b / base,  # SGD: Goyal et al. 2017, with warmup
+    "sqrt": lambda lr, b, base: lr * (b / base) ** 0.5,  # often used with Adam
+    "x-world": lambda lr, b, base: lr,  # and x processes in DDP only: for reduction='sum'
+}
+p = argparse.ArgumentParser()
+p.add_argument("--epochs", type=int, default=3)
+p.add_argument("--batch-size", default="96", help="global batch(es), comma-separated")
+p.add_argument("--accum", type=int, default=1, help="micro-batches per optimizer step")
+p.add_argument("--optimizer", default="sgd", help="sgd, adam or both, comma-separated")
+p.add_argument("--lr", type=float, help="base learning rate (default: sgd 0.05, adam 0.002)")
+p.add_argument("--base-batch", type=int, default=96, help="the batch the base lr was tuned for")
+p.add_argument("--scale", default="none", help=f"lr rule(s), comma-separated: {', '.join(RULES)}")
+p.add_argument("--warmup-steps", type=int, default=0, help="raise the lr linearly over these")
+p.add_argument("--reduction", default="mean", choices=["mean", "sum"])
+p.add_argument("--adam-eps", type=float, default=1e-8)
+p.add_argument("--reference", action="store_true", help="rank 0 also trains one process on the "
+               "same global batches with the rule's lr (not x processes); print max|dparam|")
+p.add_argument("--seed", type=int, default=0)
+p.add_argument("--backend", default="auto", choices=["auto", "nccl", "gloo"])
+args = p.parse_args()
+optimizers, rules = args.optimizer.split(","), args.scale.split(",")
+batches = [int(b) for b in args.batch_size.split(",")]
+if not set(optimizers) <= {"sgd", "adam"} or not set(rules) <= set(RULES):
+    raise SystemExit(f"error: unknown optimizer or rule in {args.optimizer!r} / {args.scale!r}: "
+                     f"optimizers sgd, adam; rules {', '.join(RULES)}")
+
+rank, local_rank, world_size, device = setup_distributed(args.backend)
+torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False  # to compare
+train, test = load_dataset("digits")
+print0(f"{world_size} processes, backend {torch.distributed.get_backend()}, device {device.type}, "
+       f"{args.epochs} epochs, loss reduction {args.reduction}, warmup {args.warmup_steps} steps")
+
+
+def make_opt(params, name, lr):
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=lr, momentum=0.9)
+    return torch.optim.Adam(params, lr=lr, eps=args.adam_eps)
+
+
+for opt_name, batch_size, rule in itertools.product(optimizers, batches, rules):
+    micro = per_rank_batch(batch_size, world_size * args.accum)  # images per rank per forward
+    base_lr = args.lr or {"sgd": 0.05, "adam": 0.002}[opt_name]
+    lr = RULES[rule](base_lr, batch_size, args.base_batch)
+    ddp_lr = lr * world_size if rule == "x-world" else lr
+    torch.manual_seed(args.seed)  # the same initial weights in every run and on every rank
+    model = ConvNet().to(device)
+    ref = copy.deepcopy(model)  # the one-process reference (used on rank 0 with --reference)
+    model = DDP(model, device_ids=[local_rank] if device.type == "cuda" else None)
+    opt, ref_opt = make_opt(model.parameters(), opt_name, ddp_lr), make_opt(ref.parameters(), opt_name, lr)
+    warmup = lambda step: min(1.0, (step + 1) / args.warmup_steps) if args.warmup_steps else 1.0
+    scheds = [torch.optim.lr_scheduler.LambdaLR(o, warmup) for o in (opt, ref_opt)]
+    # drop_last: only full global batches, so every micro-batch has the same size (a short last
+    # batch would make the mean over micro-batches weight its images unequally)
+    sampler = DistributedSampler(train, seed=args.seed, drop_last=True)
+    loader = DataLoader(train, batch_size=micro * args.accum, sampler=sampler, drop_last=True)
+    g = torch.Generator()
+    ref_loader = DataLoader(train, batch_size=batch_size, sampler=RandomSampler(train, generator=g),
+                            drop_last=True)
+    for epoch in range(args.epochs):
+        sampler.set_epoch(epoch)
+        total = 0.0
+        for x, y in loader:
+            opt.zero_grad()
+            for i, (xm, ym) in enumerate(zip(x.split(micro), y.split(micro))):
+                with model.no_sync() if i < args.accum - 1 else contextlib.nullcontext():  # sync at last
+                    loss = F.cross_entropy(model(xm.to(device)), ym.to(device), reduction=args.reduction)
+                    (loss / args.accum).backward()  # the mean over micro-batches
+                total += loss.item() / args.accum
+            opt.step()
+            scheds[0].step()
+        g.manual_seed(args.seed + epoch)  # the same batches as the DistributedSampler's
+        for x, y in ref_loader if args.reference and rank == 0 else []:
+            loss = F.cross_entropy(ref(x.to(device)), y.to(device), reduction=args.reduction)
+            ref_opt.zero_grad()
+            loss.backward()
+            ref_opt.step()
+            scheds[1].step()
+        loss = mean_over_ranks(total / len(loader))
+    assert_replicas_equal(model)
+    if rank == 0:
+        line = (f"{opt_name:4} batch {batch_size:4} = {world_size} x {micro} x {args.accum}  "
+                f"lr {ddp_lr:.4f} ({rule:7})  loss {loss:.4f}  test accuracy "
+                f"{accuracy(model.module, test, device):.4f}")
+        if args.reference:
+            diff = max((a - b).abs().max().item() for a, b in zip(model.module.parameters(), ref.parameters()))
+            line += f"  max|dparam| vs 1 process {diff:.0e}"
+        print(line, flush=True)
+cleanup()
