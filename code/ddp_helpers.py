@@ -2,6 +2,7 @@
 
 Scripts import it as `from ddp_helpers import ...`; it sits next to them in code/.
 """
+import contextlib
 import os
 import sys
 from datetime import timedelta
@@ -92,8 +93,10 @@ def setup_distributed(backend="auto", timeout_s=300):
         torch.cuda.set_device(device)  # else every rank allocates on GPU 0
     else:
         device = torch.device("cpu")
+    check_world_size()  # step 9: clear one-line errors instead of hangs or separate worlds
     # A timeout turns a hang (a rank that never arrives) into an error you can read.
-    dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s))
+    with clear_init_errors(timeout_s):
+        dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s))
     return dist.get_rank(), local_rank, dist.get_world_size(), device
 
 
@@ -111,6 +114,41 @@ def cleanup():
     sys.stderr.flush()
     os._exit(0)
 # --8<-- [end:setup]
+
+
+# --8<-- [start:errors]
+def check_world_size():
+    """Inside an srun step, WORLD_SIZE must be what Slurm started: SLURM_NTASKS processes, or
+    SLURM_NTASKS torchruns that each start LOCAL_WORLD_SIZE. Otherwise the ranks hang waiting
+    for processes that never come, or (torchrun --standalone in several tasks) several
+    separate trainings run side by side and overwrite each other's files."""
+    if "SLURM_STEP_ID" not in os.environ or "SLURM_NTASKS" not in os.environ:
+        return  # not in an srun step (a login node, or the batch script's own shell)
+    tasks = int(os.environ["SLURM_NTASKS"])
+    per_task = int(os.environ.get("LOCAL_WORLD_SIZE", 1)) if "TORCHELASTIC_RUN_ID" in os.environ else 1
+    world = int(os.environ.get("WORLD_SIZE", 1))
+    if world != tasks * per_task:
+        raise SystemExit(f"error: WORLD_SIZE={world}, but Slurm started {tasks} task(s) x {per_task} "
+                         f"process(es) = {tasks * per_task}: with torchrun use one task per node "
+                         f"(--ntasks-per-node=1) and a rendezvous shared by all nodes")
+
+
+@contextlib.contextmanager
+def clear_init_errors(timeout_s):
+    """Turn init_process_group's long tracebacks for a busy port or a missing rank into one line."""
+    addr, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")
+    try:
+        yield
+    except dist.DistError as e:
+        msg = str(e)
+        if "EADDRINUSE" in msg:
+            raise SystemExit(f"error: MASTER_PORT {port} on {addr} is already in use (another job, or a "
+                             f"leftover process): choose another port, e.g. from $SLURM_JOB_ID") from None
+        if "timed out" in msg.lower():
+            raise SystemExit(f"error: rendezvous at {addr}:{port} timed out after {timeout_s} s: not "
+                             f"all {os.environ.get('WORLD_SIZE')} processes arrived ({msg.splitlines()[0]})") from None
+        raise
+# --8<-- [end:errors]
 
 
 def per_rank_batch(global_batch, world_size):

@@ -51,6 +51,8 @@ def submitted_by_notebooks():
     for nb in ROOT.glob("notebooks/*.ipynb"):
         for cell in json.loads(nb.read_text())["cells"]:
             found |= set(re.findall(r"submit\(\s*[\"'](slurm/[\w.-]+\.sbatch)", "".join(cell["source"])))
+    for test in ROOT.glob("tests/test_*.py"):  # a test that submits a file and checks its output
+        found |= set(re.findall(r"submit\(\s*[\"'](slurm/[\w.-]+\.sbatch)", test.read_text()))
     return found
 
 
