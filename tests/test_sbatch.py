@@ -16,6 +16,17 @@ EXPECTED = {
         r"^8 processes on 2 nodes, started by torchrun$", r"^epoch 0 loss 2\.0825$", r"^epoch 1 loss 0\.7762$"],
     "slurm/05-multinode-torchrun-lumi.sbatch": [
         r"^16 processes on 2 nodes, started by torchrun$", r"^epoch 0 loss 2\.0825$", r"^epoch 1 loss 0\.7762$"],
+    # Step 6: DeepSpeed ZeRO-2 trains what DDP trains (the losses of code/01_ddp.py, see
+    # notebooks/06-deepspeed.ipynb) and shards SGD's momentum over the ranks.
+    "slurm/06-deepspeed-launcher.sbatch": [
+        r"^4 processes, backend \w+, device \w+, ZeRO stage 2, batch 96 = 4 x 24 x 1 accumulation steps$",
+        r"^epoch 0 loss 2\.0825$", r"^epoch 1 loss 0\.7762$", r"^optimizer state per rank: (14,544, ){3}14,544 bytes$"],
+    "slurm/06-deepspeed-mahti.sbatch": [
+        r"^4 processes, backend \w+, device \w+, ZeRO stage 2, batch 96 = 4 x 24 x 1 accumulation steps$",
+        r"^epoch 0 loss 2\.0825$", r"^epoch 1 loss 0\.7762$", r"^optimizer state per rank: (14,544, ){3}14,544 bytes$"],
+    "slurm/06-deepspeed-lumi.sbatch": [
+        r"^8 processes, backend \w+, device \w+, ZeRO stage 2, batch 96 = 8 x 12 x 1 accumulation steps$",
+        r"^epoch 0 loss 2\.0825$", r"^epoch 1 loss 0\.7762$", r"^optimizer state per rank: (7,272, ){7}7,272 bytes$"],
 }
 
 
