@@ -62,12 +62,20 @@ assert_replicas_equal(model)
 
 # --8<-- [start:eval]
 @torch.no_grad()
-def count_correct(shard):
-    """(right predictions, images) over this rank's shard of the test set."""
+def count_correct(indices):
+    """(right predictions, images) over these test images, on this rank."""
     right = seen = 0
-    for x, y in DataLoader(shard, batch_size=500):  # model.module: no DDP hooks in evaluation
-        right += (model.module(x.to(device)).argmax(1) == y.to(device)).sum().item()
+    for x, y in DataLoader(Subset(test, indices), batch_size=500):
+        right += (model.module(x.to(device)).argmax(1) == y.to(device)).sum().item()  # no DDP hooks
         seen += len(y)
+    return right, seen
+
+
+def summed_over_ranks(right_seen):
+    t = torch.tensor(right_seen, dtype=torch.float64, device=device)
+    dist.all_reduce(t)  # SUM over ranks
+    right, seen = int(t[0]), int(t[1])
+    assert seen == len(test), f"{seen} images evaluated, the test set has {len(test)}"
     return right, seen
 
 
@@ -75,21 +83,22 @@ model.eval()
 # Wrong: DistributedSampler pads the shards to equal length by repeating test images, and the
 # mean of the ranks' accuracies then counts those images twice.
 padded = list(DistributedSampler(test, shuffle=False))
-right, seen = count_correct(Subset(test, padded))
+right, seen = count_correct(padded)
 naive = mean_over_ranks(right / seen)
 # Right: unpadded shards (rank r takes r, r + world_size, ...), then all-reduce the two *sums*.
-counts = torch.tensor(count_correct(Subset(test, range(rank, len(test), world_size))),
-                      dtype=torch.float64, device=device)
-dist.all_reduce(counts)
-right_total, seen_total = int(counts[0]), int(counts[1])
-assert seen_total == len(test), f"{seen_total} images evaluated, the test set has {len(test)}"
+right_a, seen_a = summed_over_ranks(count_correct(range(rank, len(test), world_size)))
+# Also right, keeping the sampler: drop its padding. Rank r's i-th index sits at position
+# r + i * world_size of the padded list, and the positions from len(test) on are the padding.
+kept = [j for i, j in enumerate(padded) if rank + i * world_size < len(test)]
+right_b, seen_b = summed_over_ranks(count_correct(kept))
 # --8<-- [end:eval]
 print0(f"test images {len(test)}, padded shards {world_size} x {len(padded)} = {world_size * len(padded)}")
 print0(f"test accuracy, mean over padded shards: {naive:.5f}")
-print0(f"test accuracy, sums over unpadded shards: {right_total}/{seen_total} = {right_total / seen_total:.5f}")
+print0(f"test accuracy, sums over unpadded shards: {right_a}/{seen_a} = {right_a / seen_a:.5f}")
+print0(f"test accuracy, sums over the sampler's shards without padding: {right_b}/{seen_b} = {right_b / seen_b:.5f}")
 if rank == 0:  # the same model on one process, whole test set: the number to agree with
     single = accuracy(model.module, test, device)
-    assert right_total / seen_total == single, (right_total / seen_total, single)
+    assert right_a / seen_a == right_b / seen_b == single, (right_a / seen_a, right_b / seen_b, single)
     print(f"test accuracy, 1 process, whole set: {single:.5f}")
     if args.save:
         torch.save(model.module.state_dict(), args.save)

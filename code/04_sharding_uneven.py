@@ -23,6 +23,9 @@ p.add_argument("--samples", type=int, default=481, help="use the first N trainin
 p.add_argument("--batch-size", type=int, default=96, help="global batch, over all ranks")
 p.add_argument("--timeout", type=int, default=5, help="seconds before a stuck collective fails")
 args = p.parse_args()
+if not 0 < args.samples <= 1440 or args.timeout <= 0:
+    raise SystemExit(f"error: --samples must be 1..1440 (got {args.samples}) and --timeout > 0 "
+                     f"(got {args.timeout})")
 
 rank, local_rank, world_size, device = setup_distributed(timeout_s=args.timeout)
 batch = per_rank_batch(args.batch_size, world_size)
