@@ -1,4 +1,7 @@
-"""Start the local Slurm cluster before anything runs (nbval's kernels inherit its env)."""
+"""Start the local Slurm cluster before anything runs (nbval's kernels inherit its env).
+
+At the repository root so that it applies to every pytest run, e.g. a single notebook.
+"""
 import os
 import subprocess
 import sys
@@ -6,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parent
 sys.path[:0] = [str(ROOT / "code"), str(ROOT / "tools")]
 import local_slurm  # noqa: E402
 
