@@ -9,8 +9,8 @@ from accelerate import Accelerator, DataLoaderConfiguration, InitProcessGroupKwa
 from accelerate.utils import DistributedType
 from torch.utils.data import DataLoader
 
-from ddp_helpers import ConvNet, accuracy, assert_replicas_equal, cleanup, load_dataset, per_rank_batch,
-                         print0
+from ddp_helpers import (ConvNet, accuracy, assert_replicas_equal, cleanup, load_dataset, per_rank_batch,
+                         print0)
 
 p = argparse.ArgumentParser()
 p.add_argument("--epochs", type=int, default=5)
@@ -34,8 +34,9 @@ world_size, kind = accelerator.num_processes, accelerator.distributed_type
 if world_size != int(os.environ.get("WORLD_SIZE", 1)):
     raise SystemExit(f"error: Accelerate sees {world_size} process(es), the launcher started {os.environ['WORLD_SIZE']}")
 if os.environ.get("ACCELERATE_USE_FSDP") == "true" and kind != DistributedType.FSDP:
-    raise SystemExit(f"error: the config asks for FSDP, but Accelerate runs {kind.value} here: Accelerate's "
-                     f"FSDP needs GPUs ({torch.cuda.device_count()} visible)")
+    print0(f"error: the config asks for FSDP, but Accelerate runs {kind.value} here: Accelerate's "
+           f"FSDP needs GPUs ({torch.cuda.device_count()} visible)")  # once, not once per rank
+    raise SystemExit(1)
 batch = per_rank_batch(args.batch_size, world_size)
 torch.manual_seed(args.seed)  # the same initial weights on every rank
 train, test = load_dataset(args.dataset, args.data_dir)
