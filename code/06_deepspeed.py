@@ -53,8 +53,8 @@ if args.zero_stage is not None:
 stage = ds_config.get("zero_optimization", {}).get("stage", 0)
 # DeepSpeed's rule, checked before anything starts: global batch = micro x accumulation x ranks
 batch, accum = ds_config["train_batch_size"], ds_config.get("gradient_accumulation_steps", 1)
-micro = ds_config.setdefault("train_micro_batch_size_per_gpu", batch // (accum * world_size))
-if micro * accum * world_size != batch:
+micro = ds_config.setdefault("train_micro_batch_size_per_gpu", batch // max(accum * world_size, 1))
+if min(micro, accum) < 1 or micro * accum * world_size != batch:
     raise SystemExit(f"error: train_batch_size {batch} != train_micro_batch_size_per_gpu {micro} x "
                      f"gradient_accumulation_steps {accum} x world size {world_size}: fix the ds_config "
                      f"(or give only two of the three and DeepSpeed computes the third)")
