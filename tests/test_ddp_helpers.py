@@ -87,3 +87,16 @@ def test_nccl_without_gpus_is_a_clear_error():
 def test_print0_without_process_group(capsys):
     h.print0("hello")
     assert capsys.readouterr().out == "hello\n"
+
+
+def test_digits_are_sklearns_load_digits():
+    """load_dataset reads sklearn's bundled file directly; it must equal load_digits()."""
+    from sklearn.datasets import load_digits
+    x, y = load_digits(return_X_y=True)
+    train, test = h.load_dataset("digits")
+    xs = torch.cat([train.tensors[0], test.tensors[0]]).flatten(1)
+    ys = torch.cat([train.tensors[1], test.tensors[1]])
+    order = torch.randperm(len(x), generator=torch.Generator().manual_seed(1234))
+    expected = torch.tensor(x, dtype=torch.float32)[order] / 16.0
+    expected = (expected - expected.mean()) / expected.std()
+    assert torch.equal(xs, expected) and torch.equal(ys, torch.tensor(y)[order])
