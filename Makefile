@@ -9,9 +9,9 @@ PORT ?= 8000
 
 .PHONY: site build test install system-deps cluster-start cluster-stop clean
 
-$(VENV)/.installed: requirements.txt
+$(VENV)/.installed: requirements.txt constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --disable-pip-version-check -q -r requirements.txt
+	$(PY) -m pip install --disable-pip-version-check -q -r requirements.txt -c constraints.txt
 	touch $@
 
 install: $(VENV)/.installed
