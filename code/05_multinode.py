@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler
 
-from ddp_helpers import (ConvNet, accuracy, assert_replicas_equal, cleanup, load_dataset,
+from ddp_helpers import (ConvNet, accuracy, assert_replicas_equal, cleanup, fail, load_dataset,
                          mean_over_ranks, per_rank_batch, print0, setup_distributed)
 
 p = argparse.ArgumentParser()
@@ -40,9 +40,8 @@ nodes = len(set(hosts))
 # One process per GPU: a world that does not match the GPUs Slurm gave leaves GPUs idle.
 gpus = int(os.environ.get("SLURM_GPUS_ON_NODE", 0))
 if gpus and world_size != gpus * nodes:
-    raise SystemExit(f"error: {world_size} processes on {nodes} nodes, but the job has {gpus} GPUs "
-                     f"per node: start {gpus} per node (--ntasks-per-node or --nproc_per_node)"
-                     if rank == 0 else 1)
+    fail(f"error: {world_size} processes on {nodes} nodes, but the job has {gpus} GPUs "
+         f"per node: start {gpus} per node (--ntasks-per-node or --nproc_per_node)")
 batch = per_rank_batch(args.batch_size, world_size)
 torch.manual_seed(args.seed)  # the same initial weights on every rank (DDP also broadcasts them)
 train, test = load_dataset(args.dataset, args.data_dir)

@@ -163,11 +163,24 @@ def clear_init_errors(timeout_s):
 # --8<-- [end:errors]
 
 
+def fail(message):
+    """Stop this process with a one-line error and exit code 1.
+
+    Once the process group exists, leave through os._exit as in cleanup(): a plain exit may be
+    aborted by gloo's threads, and the job would end with 134 (SIGABRT) instead of 1.
+    """
+    if not dist.is_initialized():
+        raise SystemExit(message)
+    print(message, file=sys.stderr, flush=True)
+    sys.stdout.flush()
+    os._exit(1)
+
+
 def per_rank_batch(global_batch, world_size):
     """The global batch is the one you tune; each rank takes an equal share of it."""
     if global_batch % world_size:
-        raise SystemExit(f"error: batch size {global_batch} is not divisible by world size "
-                         f"{world_size}: use a multiple of {world_size}")
+        fail(f"error: batch size {global_batch} is not divisible by world size "
+             f"{world_size}: use a multiple of {world_size}")
     return global_batch // world_size
 
 
