@@ -26,6 +26,11 @@ def _env():
     return env
 
 
+def _show(text, grep):
+    lines = text.splitlines(keepends=True)
+    print("".join(lines if grep is None else sorted({l for l in lines if grep in l})), end="")
+
+
 def run(cmd, check=True, timeout=300, grep=None):
     """Run a shell command from the repository root; print and return its output.
 
@@ -36,8 +41,7 @@ def run(cmd, check=True, timeout=300, grep=None):
     print(f"$ {cmd}")
     r = subprocess.run(cmd, shell=True, cwd=ROOT, env=_env(), timeout=timeout,
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    lines = r.stdout.splitlines(keepends=True)
-    print("".join(lines if grep is None else sorted({l for l in lines if grep in l})), end="")
+    _show(r.stdout, grep)
     if r.returncode:
         print(f"(exit code {r.returncode})")
     if check and r.returncode != 0:
@@ -66,8 +70,7 @@ def submit(sbatch_file, *options, check=True, grep=None):
     job_id = m.group(1)
     out = job_output(job_id)
     print(f"job {job_id} ended with exit code {r.returncode}; its output:")
-    lines = out.splitlines(keepends=True)
-    print("".join(lines if grep is None else sorted({l for l in lines if grep in l})), end="")
+    _show(out, grep)
     if check and r.returncode != 0:
         raise RuntimeError(f"job {job_id} failed with exit code {r.returncode}")
     return out
