@@ -12,7 +12,7 @@ from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler, RandomSampler, Subset
 
-from ddp_helpers import (ConvNet, assert_replicas_equal, cleanup, load_dataset, per_rank_batch,
+from ddp_helpers import (ConvNet, assert_replicas_equal, cleanup, fail, load_dataset, per_rank_batch,
                          print0, setup_distributed)
 
 p = argparse.ArgumentParser()
@@ -27,7 +27,7 @@ args = p.parse_args()
 
 rank, local_rank, world_size, device = setup_distributed(args.backend)
 if world_size < 2:
-    raise SystemExit("error: this comparison needs at least 2 processes (torchrun --nproc_per_node=2)")
+    fail("error: this comparison needs at least 2 processes (torchrun --nproc_per_node=2)")
 K, B = world_size, args.batch_size
 # Compare in full float32 on GPUs too: TF32 convolutions would differ by ~1e-3 by themselves.
 torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
@@ -52,7 +52,7 @@ CASES = {
 names = list(CASES) if args.cases == "all" else args.cases.split(",")
 for name in names:
     if name not in CASES:
-        raise SystemExit(f"error: unknown case {name!r}: choose from {', '.join(CASES)}")
+        fail(f"error: unknown case {name!r}: choose from {', '.join(CASES)}")
 
 
 class AllReduceSum(torch.autograd.Function):

@@ -19,7 +19,7 @@ if not torch.cuda.is_available():  # skip a minutes-long C++ build of a CPU op o
 # DeepSpeed 0.19.8 calls a torch.distributed function that torch 2.14 deprecates: harmless.
 warnings.filterwarnings("ignore", r"`torch\.distributed\.\w+` is deprecated", FutureWarning)
 
-from ddp_helpers import (ConvNet, accuracy, assert_replicas_equal, cleanup, load_dataset,  # noqa: E402
+from ddp_helpers import (ConvNet, accuracy, assert_replicas_equal, cleanup, fail, load_dataset,  # noqa: E402
                          mean_over_ranks, print0, setup_distributed)
 
 p = argparse.ArgumentParser()
@@ -55,9 +55,9 @@ stage = ds_config.get("zero_optimization", {}).get("stage", 0)
 batch, accum = ds_config["train_batch_size"], ds_config.get("gradient_accumulation_steps", 1)
 micro = ds_config.setdefault("train_micro_batch_size_per_gpu", batch // max(accum * world_size, 1))
 if min(micro, accum) < 1 or micro * accum * world_size != batch:
-    raise SystemExit(f"error: train_batch_size {batch} != train_micro_batch_size_per_gpu {micro} x "
-                     f"gradient_accumulation_steps {accum} x world size {world_size}: fix the ds_config "
-                     f"(or give only two of the three and DeepSpeed computes the third)")
+    fail(f"error: train_batch_size {batch} != train_micro_batch_size_per_gpu {micro} x "
+         f"gradient_accumulation_steps {accum} x world size {world_size}: fix the ds_config "
+         f"(or give only two of the three and DeepSpeed computes the third)")
 
 torch.manual_seed(args.seed)  # the same initial weights on every rank
 train, test = load_dataset(args.dataset, args.data_dir)

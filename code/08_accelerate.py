@@ -9,7 +9,7 @@ from accelerate import Accelerator, DataLoaderConfiguration, InitProcessGroupKwa
 from accelerate.utils import DistributedType
 from torch.utils.data import DataLoader
 
-from ddp_helpers import (ConvNet, accuracy, assert_replicas_equal, cleanup, load_dataset, per_rank_batch,
+from ddp_helpers import (ConvNet, accuracy, assert_replicas_equal, cleanup, fail, load_dataset, per_rank_batch,
                          print0)
 
 p = argparse.ArgumentParser()
@@ -32,7 +32,7 @@ accelerator = Accelerator(cpu=not torch.cuda.is_available(),
                           kwargs_handlers=[InitProcessGroupKwargs(timeout=timedelta(seconds=300))])
 world_size, kind = accelerator.num_processes, accelerator.distributed_type
 if world_size != int(os.environ.get("WORLD_SIZE", 1)):
-    raise SystemExit(f"error: Accelerate sees {world_size} process(es), the launcher started {os.environ['WORLD_SIZE']}")
+    fail(f"error: Accelerate sees {world_size} process(es), the launcher started {os.environ['WORLD_SIZE']}")
 if os.environ.get("ACCELERATE_USE_FSDP") == "true" and kind != DistributedType.FSDP:
     print0(f"error: the config asks for FSDP, but Accelerate runs {kind.value} here: Accelerate's "
            f"FSDP needs GPUs ({torch.cuda.device_count()} visible)")  # once, not once per rank
