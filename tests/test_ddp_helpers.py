@@ -65,21 +65,21 @@ def test_batch_not_divisible_by_world_size():
 
 
 def _setup_in_subprocess(env, backend="auto"):
+    """setup_distributed() in a fresh Python with exactly `env` as its environment."""
     code = f"import sys; sys.path.insert(0, 'code'); import ddp_helpers as h; h.setup_distributed({backend!r})"
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          env={**os.environ, **env}, cwd=h.__file__.rsplit("/code/", 1)[0], timeout=60)
+                          env=env, cwd=h.__file__.rsplit("/code/", 1)[0], timeout=60)
 
 
 def test_without_launcher_says_how_to_launch():
     env = {k: v for k, v in os.environ.items() if k not in ("LOCAL_RANK", "RANK", "WORLD_SIZE")}
-    r = subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, 'code'); import ddp_helpers as h; h.setup_distributed()"],
-                       capture_output=True, text=True, env=env, cwd=h.__file__.rsplit("/code/", 1)[0], timeout=60)
+    r = _setup_in_subprocess(env)
     assert r.returncode == 1 and "LOCAL_RANK is not set: start this script with torchrun" in r.stderr
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
 def test_nccl_without_gpus_is_a_clear_error():
-    r = _setup_in_subprocess({"LOCAL_RANK": "0", "RANK": "0", "WORLD_SIZE": "1"}, backend="nccl")
+    r = _setup_in_subprocess({**os.environ, "LOCAL_RANK": "0", "RANK": "0", "WORLD_SIZE": "1"}, backend="nccl")
     assert r.returncode == 1
     assert "backend nccl needs a GPU for local rank 0, but 0 are visible: use gloo" in r.stderr
 
