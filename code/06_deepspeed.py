@@ -14,8 +14,13 @@ if not torch.cuda.is_available():  # before importing deepspeed: use its CPU acc
 import deepspeed  # noqa: E402
 import deepspeed.ops  # noqa: E402
 
-if not torch.cuda.is_available():  # skip a minutes-long C++ build of a CPU op only inference uses
-    deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
+if not torch.cuda.is_available():  # workaround, CPU only
+    # DeepSpeed's CPU accelerator compiles a shared-memory all-reduce (C++, up to minutes; cached)
+    # that only its tensor-parallel inference uses. There is no public switch (checked: DeepSpeed
+    # 0.19.8), so this edits a private table, guarded: without it DeepSpeed just builds the op.
+    ops_table = getattr(deepspeed.ops, "__compatible_ops__", None)
+    if isinstance(ops_table, dict) and "deepspeed_shm_comm" in ops_table:
+        ops_table["deepspeed_shm_comm"] = False
 # DeepSpeed 0.19.8 calls a torch.distributed function that torch 2.14 deprecates: harmless.
 warnings.filterwarnings("ignore", r"`torch\.distributed\.\w+` is deprecated", FutureWarning)
 
