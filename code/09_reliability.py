@@ -3,7 +3,8 @@
 Rank 0 checkpoints everything the next epoch depends on at the end of every epoch (write,
 then rename: a crash mid-write leaves the previous checkpoint intact). At start every rank
 loads the checkpoint if there is one, so a requeued job or a restarted torchrun just carries
-on, and ends with weights bitwise equal to an uninterrupted run.
+on, and ends with the weights of an uninterrupted run: bitwise with 2 processes, up to float
+rounding with more (a new DDP's first all-reduce sums the gradients in another order).
 """
 import argparse
 import hashlib

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 import ddp_helpers as h
 from jobs import submit
@@ -38,7 +39,7 @@ def _signal_after_first_checkpoint(env, sent, deadline=240):
         time.sleep(0.1)
 
 
-def test_usr1_requeues_and_the_job_resumes_bitwise(cluster, tmp_path):
+def test_usr1_requeues_and_the_job_resumes(cluster, tmp_path):
     env = {**os.environ, **cluster}
     sent = []
     watcher = threading.Thread(target=_signal_after_first_checkpoint, args=(env, sent), daemon=True)
@@ -52,14 +53,22 @@ def test_usr1_requeues_and_the_job_resumes_bitwise(cluster, tmp_path):
     assert f"run 1 of job {job}" in out, "the job was not started again after the requeue"
     done = re.search(r"resumed from runs/09-job-\d+\.pt: (\d) of 4 epochs done", out)
     assert done and int(done.group(1)) >= 1, out  # resumed from a checkpoint, not from scratch
-    # The uninterrupted reference: the same 2 processes without a signal.
-    ref = subprocess.run(f"{sys.executable} -m torch.distributed.run --standalone --nproc_per_node=2 "
-                         f"code/09_reliability.py --epochs 4 --checkpoint {tmp_path}/ref.pt",
+    assert "4 processes" in out.split(f"run 0 of job {job}")[-1], out  # a full node: --gres=gpu:v100:4
+    weights = ROOT / "runs" / f"09-job-{job}-weights.pt"
+    resumed = torch.load(weights)
+    weights.unlink()
+    # The uninterrupted reference: the same 4 processes without a signal.
+    ref = subprocess.run(f"{sys.executable} -m torch.distributed.run --standalone --nproc_per_node=4 "
+                         f"code/09_reliability.py --epochs 4 --checkpoint {tmp_path}/ref.pt "
+                         f"--save {tmp_path}/ref-weights.pt",
                          shell=True, cwd=ROOT, capture_output=True, text=True, timeout=300,
                          env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert ref.returncode == 0, ref.stderr
-    fingerprint = re.findall(r"weights sha256 \w+", out)
-    assert fingerprint == re.findall(r"weights sha256 \w+", ref.stdout), (out, ref.stdout)
+    # With 4 processes the resumed run's first all-reduce sums the gradients in another order
+    # than the uninterrupted run's (docs/09-reliability.md): equal up to float rounding, not bitwise.
+    reference = torch.load(tmp_path / "ref-weights.pt")
+    diff = max((resumed[k] - reference[k]).abs().max().item() for k in reference)
+    assert diff < 1e-6, (diff, out, ref.stdout)
 
 
 def test_world_size_must_match_slurm_tasks(monkeypatch):
