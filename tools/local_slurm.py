@@ -179,7 +179,9 @@ def start(venv_bin=None):
         p = STATE / "dev" / f"nvidia{i}"
         if not p.exists():
             os.mknod(p, 0o666 | 0o020000, os.makedev(195, i))
-    write_config(venv_bin or str(Path(sys.prefix) / "bin"))
+    # `module load pytorch` puts this on PATH: the project's venv, whichever python started us
+    project_venv = Path(__file__).resolve().parent.parent / ".venv" / "bin"
+    write_config(venv_bin or str(project_venv if project_venv.is_dir() else Path(sys.prefix) / "bin"))
     start_munge()
     make_network()
     conf = str(STATE / "slurm.conf")
