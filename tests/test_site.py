@@ -46,6 +46,18 @@ def test_shellcheck(path):
     assert r.returncode == 0, r.stdout
 
 
+@pytest.mark.parametrize("path", SBATCH, ids=lambda p: p.name)
+def test_srun_gets_the_cpus_sbatch_asked_for(path):
+    """Since Slurm 22.05 srun no longer inherits --cpus-per-task: without SRUN_CPUS_PER_TASK a
+    site that binds tasks to cores (CSC's, LUMI) runs all of torchrun's processes on one core.
+    The local cluster does not bind (task/none), so the job outputs cannot show it: check here."""
+    text = path.read_text()
+    first_srun = re.search(r"^srun ", text, re.M)
+    if first_srun:
+        export = text.find('export SRUN_CPUS_PER_TASK="$SLURM_CPUS_PER_TASK"')
+        assert 0 <= export < first_srun.start(), f"{path.name}: srun without SRUN_CPUS_PER_TASK"
+
+
 def submitted_by_notebooks():
     found = set()
     for nb in ROOT.glob("notebooks/*.ipynb"):
