@@ -72,6 +72,8 @@ model = ConvNet(image_size=train[0][0].shape[-1])
 opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
 # The engine replaces DDP: it moves the model to the device, averages gradients, shards (ZeRO).
 engine, opt, _, _ = deepspeed.initialize(model=model, optimizer=opt, config=ds_config)
+# With "bf16"/"fp16" enabled (GPUs) the engine casts the weights, not the inputs: cast those too
+dtype = torch.bfloat16 if engine.bfloat16_enabled() else torch.half if engine.fp16_enabled() else None
 print0(f"{world_size} processes, backend {dist.get_backend()}, device {engine.device.type}, ZeRO stage "
        f"{stage}, batch {batch} = {world_size} x {micro} x {accum} accumulation steps")
 
@@ -85,7 +87,7 @@ for epoch in range(start_epoch, args.epochs):
     sampler.set_epoch(epoch)  # a new, reproducible order every epoch, the same on all ranks
     total = 0.0
     for x, y in loader:
-        x, y = x.to(engine.device), y.to(engine.device)
+        x, y = x.to(engine.device, dtype), y.to(engine.device)
         loss = F.cross_entropy(engine(x), y)
         engine.backward(loss)  # averages gradients over ranks (ZeRO-2: each rank keeps its shard)
         engine.step()  # optimizer step at the end of each accumulation, then zeroes the gradients
@@ -103,6 +105,6 @@ dist.all_gather_object(per_rank, state_bytes)
 print0(f"optimizer state per rank: {', '.join(f'{b:,}' for b in per_rank)} bytes")
 if stage < 3:  # ZeRO-3 shards the parameters themselves
     assert_replicas_equal(engine.module)
-acc = accuracy(engine.module, test, engine.device)  # on every rank: ZeRO-3 gathers weights in forward
+acc = accuracy(engine.module, test, engine.device, dtype=dtype)  # on every rank: ZeRO-3 gathers weights in forward
 print0(f"test accuracy {acc:.4f}")
 cleanup()

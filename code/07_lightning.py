@@ -73,6 +73,7 @@ train, test = load_dataset(args.dataset, args.data_dir)
 loader = DataLoader(train, batch_size=batch, shuffle=True)
 lit = LitConvNet(train[0][0].shape[-1], args.lr)
 trainer.fit(lit, loader)
+lit.to(trainer.strategy.root_device)  # fit() ends with the model on the CPU; NCCL needs it on the GPU
 
 sampler = trainer.train_dataloader.sampler  # the one Lightning inserted
 assert isinstance(sampler, DistributedSampler) and sampler.shuffle and sampler.seed == args.seed, sampler

@@ -47,7 +47,8 @@ opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
 # and gives each rank its own share of every batch, moved to the device.
 model, opt, loader = accelerator.prepare(model, opt, loader)
 # print0, not accelerator.print: that prints once per node (on each node's local rank 0)
-print0(f"{world_size} processes, {kind.value}, backend {torch.distributed.get_backend()}, "
+backend = torch.distributed.get_backend() if torch.distributed.is_initialized() else "none"
+print0(f"{world_size} processes, {kind.value}, backend {backend}, "
        f"device {accelerator.device.type}, batch {args.batch_size} = {world_size} x {batch}")
 
 for epoch in range(args.epochs):

@@ -76,26 +76,38 @@ def batches_on_device(x_all, y_all, batch, memory_format=torch.contiguous_format
                 yield x_all[idx], y_all[idx]
 
 
-def measure(step, batches, batch):
+def time_is_up(start):
+    """Has `args.seconds` passed? Under DDP all ranks agree: a rank that took one step more than
+    the others would wait forever in its extra all-reduce."""
+    up = torch.tensor(float(time.perf_counter() - start >= args.seconds), device=device)
+    if ddp:
+        torch.distributed.all_reduce(up, op=torch.distributed.ReduceOp.MAX)
+    return up.item() > 0  # .item() waits for the GPU: the steps so far have finished
+
+
+def measure(step, batches, images):
     """Images per second of `step` over `args.seconds`, after a warm-up."""
     for _ in range(3):
         step(*next(batches))
     if cuda:
         torch.cuda.synchronize()
     n, start = 0, time.perf_counter()
-    while time.perf_counter() - start < args.seconds:
+    while True:
         step(*next(batches))
         n += 1
-        if cuda and n % 20 == 0:
-            torch.cuda.synchronize()
-    if cuda:
-        torch.cuda.synchronize()
-    return n * batch / (time.perf_counter() - start)
+        if n % (20 if cuda else 1) == 0 and time_is_up(start):  # on GPUs: one sync per 20 steps
+            break
+    return n * images / (time.perf_counter() - start)
+
+
+# V100s (before Ampere) only emulate bf16, slowly: there autocast to fp16 (no loss scaling: we
+# only time the steps here; train in fp16 with torch.amp.GradScaler)
+AUTOCAST = torch.bfloat16 if not cuda or torch.cuda.is_bf16_supported(including_emulation=False) else torch.float16
 
 
 def make_step(model, opt, autocast=False):
     def step(x, y):
-        with torch.autocast(device.type, torch.bfloat16, enabled=autocast):
+        with torch.autocast(device.type, AUTOCAST, enabled=autocast):
             loss = F.cross_entropy(model(x), y)
         opt.zero_grad(set_to_none=False)  # keep .grad tensors alive: CUDA graphs need fixed addresses
         loss.backward()
@@ -130,12 +142,16 @@ def gpu_utilisation(fn):
     if not cuda or subprocess.run(["which", "nvidia-smi"], capture_output=True).returncode:
         return fn(), None
     samples, stop = [], threading.Event()
+    props = torch.cuda.get_device_properties(device)  # this rank's GPU, by its PCI address:
+    bus_id = f"{props.pci_domain_id:08X}:{props.pci_bus_id:02X}:{props.pci_device_id:02X}.0"  # not
+    # an index, which CUDA_VISIBLE_DEVICES renumbers for PyTorch but not for nvidia-smi
 
     def sample():
         while not stop.is_set():
             out = subprocess.run(["nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits",
-                                  f"--id={torch.cuda.current_device()}"], capture_output=True, text=True).stdout
-            samples.append(float(out.split()[0])) if out.strip() else None
+                                  f"--id={bus_id}"], capture_output=True, text=True).stdout
+            if out.strip().isdigit():  # not "[N/A]" or an error
+                samples.append(float(out))
             time.sleep(0.2)
     t = threading.Thread(target=sample)
     t.start()
@@ -161,7 +177,7 @@ with tempfile.TemporaryDirectory() as root:
                 DataLoader(train, batch, shuffle=True, drop_last=True, num_workers=workers, pin_memory=cuda,
                            persistent_workers=True), non_blocking=True))),
             "data resident on the device": (False, lambda m, o: (make_step(m, o), batches_on_device(x_all, y_all, batch))),
-            "+ bf16 autocast": (True, lambda m, o: (make_step(m, o, autocast=True), batches_on_device(x_all, y_all, batch))),
+            f"+ {'bf16' if AUTOCAST == torch.bfloat16 else 'fp16'} autocast": (True, lambda m, o: (make_step(m, o, autocast=True), batches_on_device(x_all, y_all, batch))),
             "+ channels_last": (True, lambda m, o: (make_step(m.to(memory_format=torch.channels_last), o),
                                                     batches_on_device(x_all, y_all, batch, torch.channels_last))),
             "+ torch.compile": (True, lambda m, o: (make_step(torch.compile(m), o), batches_on_device(x_all, y_all, batch))),
@@ -182,7 +198,8 @@ with tempfile.TemporaryDirectory() as root:
                 model = ConvNet(image_size=28, batchnorm=True).to(device)
                 opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
                 step, batches = build(model, opt)
-                row["images_per_s"], row["gpu_util_percent"] = gpu_utilisation(lambda: measure(step, batches, batch))
+                images = batch // world * world if ddp else batch  # a global batch of 100 on 8 GPUs: 96
+                row["images_per_s"], row["gpu_util_percent"] = gpu_utilisation(lambda: measure(step, batches, images))
                 if ddp:  # each rank timed the same lockstep steps of the global batch: average them
                     t = torch.tensor(row["images_per_s"] / world, device=device)
                     torch.distributed.all_reduce(t)
@@ -195,7 +212,8 @@ with tempfile.TemporaryDirectory() as root:
 
 report = {
     "device": torch.cuda.get_device_name() if cuda else f"CPU ({os.cpu_count()} cores, {platform.processor() or platform.machine()})",
-    "torch": torch.__version__, "cuda": torch.version.cuda if cuda else None, "python": sys.version.split()[0],
+    "torch": torch.__version__, "cuda": torch.version.cuda if cuda else None,
+    "hip": torch.version.hip if cuda else None, "python": sys.version.split()[0],
     "smoke": args.smoke, "seconds_per_variant": args.seconds, "n_images": args.n_images, "results": results,
 }
 if args.out and (not ddp or rank == 0):
