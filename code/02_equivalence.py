@@ -48,6 +48,8 @@ CASES = {
     "accum-no-sync": dict(accum=2, no_sync=True, same=True),  # same, one all-reduce per step
     "dropout-same-seed": dict(dropout=0.5, same=False),  # every rank draws the same masks
     "dropout-seed-per-rank": dict(dropout=0.5, seed_per_rank=True, same=False),  # fix
+    # 3 epochs (135 steps): rounding differences grow. same=None: not asserted, luck decides
+    "long-run": dict(epochs=3, batch=32, lr=0.01, same=None),
 }
 names = list(CASES) if args.cases == "all" else args.cases.split(",")
 for name in names:
@@ -93,8 +95,8 @@ def run_case(c):
     train, _ = load_dataset("digits")
     if "train_size" in c:
         train = Subset(train, range(c["train_size"]))
-    accum, lr = c.get("accum", 1), c.get("lr", args.lr)
-    micro = per_rank_batch(B, K * accum)  # images per rank per forward pass
+    accum, lr, B = c.get("accum", 1), c.get("lr", args.lr), c.get("batch", args.batch_size)
+    micro = per_rank_batch(B, K, accum)  # images per rank per forward pass
     torch.manual_seed(args.seed)  # the same initial weights for both runs
     model = ConvNet(batchnorm="bn" in c)
     if "dropout" in c:  # after the first convolution: its outputs are never exactly 0
@@ -122,7 +124,7 @@ def run_case(c):
     ref_loader = DataLoader(train, batch_size=B, sampler=RandomSampler(train, generator=g),
                             drop_last=drop_last)
     reduction, steps = c.get("reduction", "mean"), 0
-    for epoch in range(args.epochs):
+    for epoch in range(c.get("epochs", args.epochs)):
         sampler.set_epoch(epoch)
         g.manual_seed(args.seed + epoch)
         for x, y in loader:
@@ -169,7 +171,7 @@ for name in names:
     masks = "-" if same_masks is None else f"{same_masks:.0%}"
     equal = diff <= args.tolerance
     print0(f"{name:22} {diff:11.0e} {allreduces:16g} {masks:>18}  {'equal' if equal else 'DIFFERENT'}")
-    if rank == 0:
+    if rank == 0 and c["same"] is not None:
         assert equal == c["same"], f"{name}: expected {'equal' if c['same'] else 'different'}"
     if "dropout" in c:
         assert (same_masks == 1.0) == (not c.get("seed_per_rank")), f"{name}: masks {masks}"

@@ -58,7 +58,7 @@ def make_opt(params, name, lr):
 
 
 for opt_name, batch_size, rule in itertools.product(optimizers, batches, rules):
-    micro = per_rank_batch(batch_size, world_size * args.accum)  # images per rank per forward
+    micro = per_rank_batch(batch_size, world_size, args.accum)  # images per rank per forward
     base_lr = args.lr or {"sgd": 0.05, "adam": 0.002}[opt_name]
     lr = RULES[rule](base_lr, batch_size, args.base_batch)
     ddp_lr = lr * world_size if rule == "x-world" else lr

@@ -72,12 +72,12 @@ class ConvNet(nn.Module):
 
 
 @torch.no_grad()
-def accuracy(model, dataset, device, batch_size=500):
+def accuracy(model, dataset, device, batch_size=500, dtype=None):
     """Fraction of `dataset` that `model` classifies correctly (one process, whole set)."""
     model.eval()
     correct = 0
     for x, y in torch.utils.data.DataLoader(dataset, batch_size=batch_size):
-        correct += (model(x.to(device)).argmax(1) == y.to(device)).sum().item()
+        correct += (model(x.to(device, dtype)).argmax(1) == y.to(device)).sum().item()
     model.train()
     return correct / len(dataset)
 
@@ -106,7 +106,8 @@ def setup_distributed(backend="auto", timeout_s=300):
     check_world_size()  # step 9: clear one-line errors instead of hangs or separate worlds
     # A timeout turns a hang (a rank that never arrives) into an error you can read.
     with clear_init_errors(timeout_s):
-        dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s))
+        dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s),
+                                device_id=device if backend == "nccl" else None)  # NCCL: its GPU
     return dist.get_rank(), local_rank, dist.get_world_size(), device
 
 
@@ -118,8 +119,9 @@ def cleanup():
     process during Python's shutdown ("terminate called without an active exception"),
     which turns a finished run into a failed job. Everything was written and flushed before.
     """
-    dist.barrier()
-    dist.destroy_process_group()
+    if dist.is_initialized():  # (not when Accelerate runs a single process, step 8)
+        dist.barrier()
+        dist.destroy_process_group()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
@@ -176,12 +178,15 @@ def fail(message):
     os._exit(1)
 
 
-def per_rank_batch(global_batch, world_size):
-    """The global batch is the one you tune; each rank takes an equal share of it."""
-    if global_batch % world_size:
-        fail(f"error: batch size {global_batch} is not divisible by world size "
-             f"{world_size}: use a multiple of {world_size}")
-    return global_batch // world_size
+def per_rank_batch(global_batch, world_size, accum=1):
+    """The global batch is the one you tune; each rank takes an equal share of it, in `accum`
+    equal micro-batches (step 3). Returns the images per rank per forward pass."""
+    if global_batch % (world_size * accum):
+        parts = f"world size {world_size}" if accum == 1 else \
+            f"{world_size} processes x {accum} accumulation steps"
+        fail(f"error: batch size {global_batch} is not divisible by {parts}: "
+             f"use a multiple of {world_size * accum}")
+    return global_batch // (world_size * accum)
 
 
 def mean_over_ranks(value):
@@ -195,7 +200,7 @@ def mean_over_ranks(value):
 
 def assert_replicas_equal(model):
     """DDP's promise: after every step all ranks hold bitwise identical parameters."""
-    for name, p in model.named_parameters():
+    for name, p in model.named_parameters() if dist.is_initialized() else []:
         p0 = p.detach().clone()
         dist.broadcast(p0, src=0)
         assert torch.equal(p0, p.detach()), f"rank {dist.get_rank()}: {name} differs from rank 0"

@@ -62,6 +62,10 @@ def test_batch_not_divisible_by_world_size():
     assert h.per_rank_batch(96, 4) == 24
     with pytest.raises(SystemExit, match="batch size 96 is not divisible by world size 5: use a multiple of 5"):
         h.per_rank_batch(96, 5)
+    assert h.per_rank_batch(96, 4, accum=2) == 12
+    with pytest.raises(SystemExit, match="batch size 100 is not divisible by 2 processes x 3 "
+                                         "accumulation steps: use a multiple of 6"):
+        h.per_rank_batch(100, 2, accum=3)
 
 
 def _setup_in_subprocess(env, backend="auto"):
