@@ -16,6 +16,10 @@ EXPECTED = {
         r"^8 processes on 2 nodes, started by torchrun$", r"^epoch 0 loss 2\.0825$", r"^epoch 1 loss 0\.7762$"],
     "slurm/05-multinode-torchrun-lumi.sbatch": [
         r"^16 processes on 2 nodes, started by torchrun$", r"^epoch 0 loss 2\.0825$", r"^epoch 1 loss 0\.7762$"],
+    "slurm/05-multinode-srun-mahti.sbatch": [
+        r"^8 processes on 2 nodes, started by srun$", r"^epoch 0 loss 2\.0825$", r"^epoch 1 loss 0\.7762$"],
+    "slurm/05-multinode-srun-lumi.sbatch": [
+        r"^16 processes on 2 nodes, started by srun$", r"^epoch 0 loss 2\.0825$", r"^epoch 1 loss 0\.7762$"],
     # Step 6: DeepSpeed ZeRO-2 trains what DDP trains (the losses of code/01_ddp.py, see
     # notebooks/06-deepspeed.ipynb) and shards SGD's momentum over the ranks.
     "slurm/06-deepspeed-launcher.sbatch": [
