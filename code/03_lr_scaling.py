@@ -45,6 +45,8 @@ if not set(optimizers) <= {"sgd", "adam"} or not set(rules) <= set(RULES):
                      f"optimizers sgd, adam; rules {', '.join(RULES)}")
 
 rank, local_rank, world_size, device = setup_distributed(args.backend)
+for b in batches:  # refuse a batch that does not split before training anything
+    per_rank_batch(b, world_size, args.accum)
 torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False  # to compare
 train, test = load_dataset("digits")
 print0(f"{world_size} processes, backend {torch.distributed.get_backend()}, device {device.type}, "

@@ -15,10 +15,12 @@ import torch.distributed as dist
 import torch.nn as nn
 from torch.utils.data import TensorDataset
 
-# Python writes a SystemExit message and its newline in two writes, so when several ranks stop
-# at once their error lines can merge. Buffered until the newline, each line is one write.
-if hasattr(sys.stderr, "reconfigure"):
-    sys.stderr.reconfigure(write_through=False)
+# Python writes a line and its newline in two writes when a stream is unbuffered (python -u,
+# PYTHONUNBUFFERED; always for a SystemExit message on stderr), so lines from several ranks
+# sharing one pipe can merge. Buffered (print(..., flush=True)), each line is one write.
+for stream in (sys.stdout, sys.stderr):
+    if hasattr(stream, "reconfigure"):
+        stream.reconfigure(write_through=False)
 
 N_TRAIN = 1440  # divisible by 1..6, 8, 9, 10, 12, 16: equal shards for every world size we use
 
