@@ -49,7 +49,7 @@ def test_shellcheck(path):
 @pytest.mark.parametrize("path", SBATCH, ids=lambda p: p.name)
 def test_srun_gets_the_cpus_sbatch_asked_for(path):
     """Since Slurm 22.05 srun no longer inherits --cpus-per-task: without SRUN_CPUS_PER_TASK a
-    site that binds tasks to cores (CSC's, LUMI) runs all of torchrun's processes on one core.
+    site that binds tasks to cores may run all of torchrun's processes on one core.
     The local cluster does not bind (task/none), so the job outputs cannot show it: check here."""
     text = path.read_text()
     first_srun = re.search(r"^srun ", text, re.M)
