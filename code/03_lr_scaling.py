@@ -45,8 +45,8 @@ if not set(optimizers) <= {"sgd", "adam"} or not set(rules) <= set(RULES):
                      f"optimizers sgd, adam; rules {', '.join(RULES)}")
 
 rank, local_rank, world_size, device = setup_distributed(args.backend)
-for b in batches:  # refuse a batch that does not split before training anything
-    per_rank_batch(b, world_size, args.accum)
+# images per rank per forward pass; a batch that does not split stops us before any training
+micros = {b: per_rank_batch(b, world_size, args.accum) for b in batches}
 torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False  # to compare
 train, test = load_dataset("digits")
 print0(f"{world_size} processes, backend {torch.distributed.get_backend()}, device {device.type}, "
@@ -60,7 +60,7 @@ def make_opt(params, name, lr):
 
 
 for opt_name, batch_size, rule in itertools.product(optimizers, batches, rules):
-    micro = per_rank_batch(batch_size, world_size, args.accum)  # images per rank per forward
+    micro = micros[batch_size]
     base_lr = args.lr or {"sgd": 0.05, "adam": 0.002}[opt_name]
     lr = RULES[rule](base_lr, batch_size, args.base_batch)
     ddp_lr = lr * world_size if rule == "x-world" else lr

@@ -202,7 +202,9 @@ def mean_over_ranks(value):
 
 def assert_replicas_equal(model):
     """DDP's promise: after every step all ranks hold bitwise identical parameters."""
-    for name, p in model.named_parameters() if dist.is_initialized() else []:
+    if not dist.is_initialized():  # a single process (Accelerate without a launcher, step 8)
+        return
+    for name, p in model.named_parameters():
         p0 = p.detach().clone()
         dist.broadcast(p0, src=0)
         assert torch.equal(p0, p.detach()), f"rank {dist.get_rank()}: {name} differs from rank 0"
