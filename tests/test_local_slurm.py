@@ -1,45 +1,78 @@
-"""The local cluster is a real Slurm: two nodes, CSC's partition names, fake GPUs, Lmod."""
+"""The practice cluster is a real Slurm shaped like Roihu-GPU and LUMI-G, from tools/clusters/*.toml."""
+import os
 import subprocess
+import time
 
 import local_slurm
 
 
 def sh(cmd, env):
-    import os
     return subprocess.run(cmd, shell=True, capture_output=True, text=True, timeout=120, env={**os.environ, **env})
 
 
-def test_two_nodes_and_csc_partitions(cluster):
-    r = sh("sinfo -h -o '%P %D %T'", cluster)
-    parts = {line.split()[0].rstrip("*"): line.split()[1:] for line in r.stdout.splitlines()}
-    for p in ["gpu", "gputest", "gpusmall", "gpumedium", "small-g", "standard-g"]:
-        assert parts[p][0] == "2", r.stdout
+def test_nodes_and_partitions_are_the_tables(cluster):
+    r = sh("sinfo -h -N -o '%N %c %m %G %P'", cluster)
+    seen = {}
+    for line in r.stdout.splitlines():
+        node, cpus, mem, gres, part = line.split()
+        seen.setdefault(node, (int(cpus), int(mem), gres, set()))[3].add(part.rstrip("*"))
+    for c in local_slurm.CLUSTERS.values():
+        n = c["node"]
+        for name in n["names"]:
+            cpus, mem, gres, parts = seen[name]
+            assert cpus == n["sockets"] * n["cores_per_socket"] - n.get("reserved_cores", 0)
+            assert mem == n["memory_gib"] * 1024 and gres == f"gpu:{n['gpu_type']}:{n['gpus']}"
+            assert parts == {p["name"] for p in c["partition"]}
+    r = sh("sinfo -h -o '%P %l'", cluster)
+    limits = dict(line.split() for line in r.stdout.splitlines())
+    assert limits["gputest*"] == "15:00" and limits["dev-g"] == "3:00:00" and limits["small-g"] == "3-00:00:00"
 
 
-def test_srun_spans_both_nodes(cluster):
-    r = sh("srun -N2 --ntasks-per-node=1 -t 1 hostname | sort", cluster)
-    assert r.stdout.split() == ["node1", "node2"], r.stderr
+def test_srun_spans_both_nodes_of_each_cluster(cluster):
+    r = sh("srun -p gputest -N2 --gres=gpu:gh200:1 -t 1 hostname | sort", cluster)
+    assert r.stdout.split() == ["r01g01", "r01g02"], r.stderr
+    r = sh("srun -p dev-g -A project_462000000 -N2 --gpus-per-node=1 -t 1 hostname | sort", cluster)
+    assert r.stdout.split() == ["nid005000", "nid005001"], r.stderr
 
 
-def test_gpu_requests_of_each_cluster_are_accepted(cluster):
-    for req in ["--gres=gpu:v100:4", "--gres=gpu:a100:4", "--gpus-per-node=8", "--gres=gpu:v100:1"]:
-        r = sh(f"srun -N1 -t 1 {req} bash -c 'echo $SLURM_GPUS_ON_NODE $CUDA_VISIBLE_DEVICES'", cluster)
-        assert r.returncode == 0, (req, r.stderr)
-        n = int(r.stdout.split()[0])
-        assert n == len(r.stdout.split()[1].split(",")) and n in (1, 4, 8), r.stdout
+def test_names_resolve_as_on_a_real_cluster(cluster, tmp_path):
+    """On a node: its own name and the other nodes' names have one address each, forward and
+    reverse (c10d looks peers up by address); the host's /etc/hosts is left alone."""
+    script = tmp_path / "names.sh"
+    script.write_text("getent ahostsv4 $(hostname) | cut -d' ' -f1 | sort -u\ngetent hosts nid005001\n"
+                      "python3 -c \"import socket; print(socket.getnameinfo(('::ffff:10.77.0.14', 0, 0, 0), 0)[0])\"\n")
+    r = sh(f"srun -p gputest --gres=gpu:gh200:1 -w r01g02 -t 1 bash {script}", cluster)
+    assert r.stdout.split() == ["10.77.0.12", "10.77.0.14", "nid005001", "nid005001"], (r.stdout, r.stderr)
+    hosts = open("/etc/hosts").read()
+    assert not any(name in hosts for name in local_slurm.NODES)
 
 
-def test_unknown_gpu_type_is_rejected(cluster):
-    r = sh("srun -N1 -t 1 --gres=gpu:h100:1 true", cluster)
-    assert r.returncode != 0 and "Requested node configuration is not available" in r.stderr
+def test_each_cluster_has_its_own_software(cluster):
+    roihu = sh("srun -p gputest --gres=gpu:gh200:1 -t 1 bash -lc 'module load python-pytorch && "
+               "python -c \"import torch; print(torch.__version__)\"; module use /appl/local/laifs/modules; "
+               "module load lumi-aif-singularity-bindings'", cluster)
+    assert roihu.stdout.startswith("2.14.1") and "lumi-aif-singularity-bindings" in roihu.stderr, roihu.stderr
+    lumi = sh("srun -p small-g -A project_462000000 --gpus-per-node=1 -t 1 bash -lc 'module use /appl/local/laifs/modules; "
+              "module load lumi-aif-singularity-bindings; singularity run /appl/local/laifs/containers/"
+              "lumi-multitorch-latest.sif python -c \"import torch; print(torch.__version__)\"; module load python-pytorch'",
+              cluster)
+    assert lumi.stdout.startswith("2.14.1") and "python-pytorch" in lumi.stderr, lumi.stderr
 
 
-def test_module_load_pytorch_in_a_batch_script(cluster, tmp_path):
-    script = tmp_path / "m.sbatch"
-    script.write_text("#!/bin/bash\nmodule purge\nmodule load pytorch\npython -c 'import torch; print(torch.__version__)'\n")
-    r = sh(f"sbatch --wait -o {tmp_path}/out -t 1 {script}", cluster)
-    assert r.returncode == 0, r.stderr
-    assert (tmp_path / "out").read_text().startswith("2.14.1")
+def test_gpus_are_handed_out_but_torch_sees_none(cluster):
+    r = sh("srun -p gputest --gres=gpu:gh200:2 -t 1 bash -c 'echo $SLURM_GPUS_ON_NODE $CUDA_VISIBLE_DEVICES'", cluster)
+    assert r.stdout.split() == ["2", "0,1"], r.stderr
+
+
+def test_sacct_knows_finished_jobs(cluster, tmp_path):
+    r = sh(f"sbatch --parsable --wait -o {tmp_path}/out -p gputest --gres=gpu:gh200:1 -t 1 --wrap 'exit 3'", cluster)
+    job = r.stdout.strip()
+    for _ in range(100):  # slurmctld sends the record to slurmdbd a moment after the job ends
+        r = sh(f"sacct -n -X -P -j {job} -o JobID,JobName,Partition,Account,State,ExitCode", cluster)
+        if r.stdout.split() == [f"{job}|wrap|gputest|project_2001234|FAILED|3:0"]:
+            return
+        time.sleep(0.2)
+    raise AssertionError(r.stdout + r.stderr)
 
 
 def test_start_is_idempotent(cluster):

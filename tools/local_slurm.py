@@ -1,15 +1,21 @@
 #!/usr/bin/env python3
-"""A real two-node Slurm cluster on this one machine, for the tests and for practice.
+"""A practice replica of Roihu-GPU and LUMI-G: one real Slurm cluster on this one machine.
 
-    sudo .venv/bin/python tools/local_slurm.py start    # munged + slurmctld + 2 slurmd
-    source /tmp/ddp-tutorial-slurm/env.sh               # then sinfo, sbatch, squeue work
+    sudo .venv/bin/python tools/local_slurm.py start    # database, slurmdbd, slurmctld, 4 slurmd
+    source /tmp/ddp-tutorial-slurm/env.sh               # then sinfo, sbatch, squeue, sacct work
     sudo .venv/bin/python tools/local_slurm.py stop     # removes everything it made
 
-Each node is a slurmd in its own network + UTS namespace (own IP address, own hostname),
-joined to the controller by a bridge. Nodes advertise cluster-sized resources and fake GPUs
-(character devices), and the partitions carry CSC's names, so unchanged Puhti / Mahti / LUMI
-batch scripts are accepted. An Lmod module `pytorch` puts this project's virtualenv on PATH,
-so `module purge; module load pytorch` works as on CSC's clusters.
+Everything cluster-specific comes from one small table per cluster, tools/clusters/*.toml:
+node shape (cores, memory, GPU type and count), partitions with their time limits, node
+ranges, GPU limits and allowed projects, the module names. This file turns the tables into
+Slurm's own configuration, so Slurm itself accepts and refuses jobs: partition limits
+(EnforcePartLimits=ALL), QOS limits in a real accounting database (MariaDB + slurmdbd, which
+also gives `sacct`), projects as accounts, and a job_submit.lua for the one rule Slurm has no
+setting for (Roihu: at most 72 cores per GPU).
+
+Each node is a slurmd in its own network, UTS and mount namespace: its own address on a
+private bridge, its own hostname, its own /etc/hosts (one address per node name, the host's
+file untouched) and, on LUMI nodes, LUMI's /appl with the AI Factory module and containers.
 """
 import os
 import shutil
@@ -18,23 +24,30 @@ import socket
 import subprocess
 import sys
 import time
+import tomllib
 from pathlib import Path
 
 # --8<-- [start:settings]
 STATE = Path(os.environ.get("LOCAL_SLURM_DIR", "/tmp/ddp-tutorial-slurm"))
-NODES = {"node1": "10.77.0.11", "node2": "10.77.0.12"}  # name -> address on the bridge
-BRIDGE, BRIDGE_IP = "ddpslurm0", "10.77.0.1"
-HOSTS_MARK = "# ddp-tutorial local slurm"
-PORTS = (6917, 6918)  # slurmctld, slurmd: not Slurm's defaults, so a real local Slurm is untouched
-# Partitions named like the real clusters': Puhti, Mahti, LUMI.
-PARTITIONS = ["gpu", "gputest", "small", "test", "gpusmall", "gpumedium", "small-g", "standard-g", "dev-g"]
+TABLES = Path(__file__).resolve().parent / "clusters"   # roihu.toml, lumi.toml
+CLUSTERS = {name: tomllib.loads((TABLES / f"{name}.toml").read_text()) for name in ("roihu", "lumi")}
+BRIDGE, BRIDGE_IP, SUBNET = "ddpslurm0", "10.77.0.1", "10.77.0"
+PORTS = {"slurmctld": 6917, "slurmd": 6918, "mariadb": 6919, "slurmdbd": 6920}  # not Slurm's defaults
 LMOD_INIT = "/usr/share/lmod/lmod/init/bash"
+APPL = Path("/appl")  # LUMI's software tree path; created empty, filled only inside LUMI nodes
 # --8<-- [end:settings]
+NODES = {}  # node name -> (cluster key, address)
+for _key, _c in CLUSTERS.items():
+    for _name in _c["node"]["names"]:
+        NODES[_name] = (_key, f"{SUBNET}.{11 + len(NODES)}")
 REQUIRED = {  # binary -> Debian package
     "munged": "munge", "slurmctld": "slurmctld", "slurmd": "slurmd", "sbatch": "slurm-client",
-    "ip": "iproute2", "nsenter": "util-linux", "unshare": "util-linux",
+    "slurmdbd": "slurmdbd", "mariadbd": "mariadb-server", "dnsmasq": "dnsmasq-base", "ip": "iproute2", "nsenter": "util-linux",
+    "unshare": "util-linux",
 }
-APT_HINT = "apt-get install -y --no-install-recommends slurmctld slurmd slurm-client munge lmod iproute2"
+APT_HINT = ("apt-get install -y --no-install-recommends slurmctld slurmd slurm-client slurmdbd "
+            "slurm-wlm-basic-plugins mariadb-server dnsmasq-base munge lmod iproute2")
+DB_USER, DB_PASS = "slurm", "practice"  # a database on 127.0.0.1 of this machine only
 
 
 class ClusterError(RuntimeError):
@@ -53,8 +66,12 @@ def env():
     return {
         "SLURM_CONF": str(STATE / "slurm.conf"),
         "BASH_ENV": LMOD_INIT,  # gives a plain `#!/bin/bash` batch script the `module` command
-        "MODULEPATH": str(STATE / "modules"),
+        "MODULEPATH": str(STATE / "modules" / "site"),  # each node mounts its cluster's modules here
     }
+
+
+def client(*cmd, check=True):
+    return sh(*cmd, check=check, env={**os.environ, **env()})
 
 
 def preflight():
@@ -63,6 +80,9 @@ def preflight():
     missing = [f"{b} (package {p})" for b, p in REQUIRED.items() if not shutil.which(b, path="/usr/sbin:/usr/bin:/sbin:/bin")]
     if not os.path.exists(LMOD_INIT):
         missing.append(f"{LMOD_INIT} (package lmod)")
+    if not os.path.exists("/usr/lib/x86_64-linux-gnu/slurm-wlm/job_submit_lua.so") and not list(
+            Path("/usr/lib").glob("*/slurm-wlm/job_submit_lua.so")):
+        missing.append("job_submit_lua.so (package slurm-wlm-basic-plugins)")
     if missing:
         raise ClusterError(f"missing: {', '.join(missing)}. Install with: {APT_HINT}")
     if not Path("/etc/munge/munge.key").exists():
@@ -77,94 +97,278 @@ def pid_alive(pidfile):
         return False
 
 
+def daemon_pidfiles():
+    return [STATE / "db" / "mariadb.pid", STATE / "slurmdbd.pid", STATE / "dnsmasq.pid", STATE / "slurmctld.pid"] + [
+        STATE / f"slurmd-{n}.pid" for n in NODES]
+
+
 def running():
     """True when a healthy cluster made by this script is up."""
-    pids = [STATE / "slurmctld.pid"] + [STATE / f"slurmd-{n}.pid" for n in NODES]
-    if not all(pid_alive(p) for p in pids):
+    if not all(pid_alive(p) for p in daemon_pidfiles()):
         return False
-    r = subprocess.run(["sinfo", "-h", "-o", "%n %T"], capture_output=True, text=True, env={**os.environ, **env()})
-    return r.returncode == 0 and sorted(r.stdout.split()[::2]) == sorted(NODES)
+    r = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %T"], capture_output=True, text=True, env={**os.environ, **env()})
+    return r.returncode == 0 and sorted(set(r.stdout.split()[::2])) == sorted(NODES)
+
+
+def minutes(hms):
+    """'1-12:00:00' or '00:15:00' -> minutes, as Slurm's MaxTime takes them."""
+    days, _, rest = hms.rpartition("-")
+    h, m, s = (int(x) for x in rest.split(":"))
+    return (int(days or 0) * 24 + h) * 60 + m + (s > 0)
+
+
+# --8<-- [start:tables]
+def partition_lines(key, c):
+    """slurm.conf partition lines and sacctmgr QOS settings from one cluster's table."""
+    nodes = ",".join(c["node"]["names"])
+    alloc = c.get("gpu_allocation", {})
+    lines, qos = [], {}
+    for p in c["partition"]:
+        lo, hi = p["nodes"]
+        line = (f"PartitionName={p['name']} Nodes={nodes} MaxTime={minutes(p['max_time'])} "
+                f"MinNodes={lo} MaxNodes={hi} QOS={p['name']} "
+                f"AllowAccounts={','.join(p.get('allow_accounts', c['accounts']))} State=UP")
+        if "mem_per_gpu_gib" in alloc:  # memory follows the GPUs (Roihu's allocation type G)
+            line += f" DefMemPerGPU={alloc['mem_per_gpu_gib'] * 1024}"
+        if p.get("whole_nodes"):
+            line += " OverSubscribe=EXCLUSIVE"
+        if p["name"] == "gputest":
+            line += " Default=YES"
+        lines.append(line)
+        q = {"Flags": "DenyOnLimit"}  # refuse at submission, with the reason, instead of pending forever
+        if "min_gpus_per_job" in p:
+            q["MinTRESPerJob"] = f"gres/gpu={p['min_gpus_per_job']}"
+        if "min_gpus_per_node" in p:
+            q["MinTRESPerJob"] = f"gres/gpu={p['min_gpus_per_node']}"
+        if "max_gpus_per_job" in p:
+            q["MaxTRESPerJob"] = f"gres/gpu={p['max_gpus_per_job']}"
+        if "max_gpus_per_node" in p:
+            q["MaxTRESPerNode"] = f"gres/gpu={p['max_gpus_per_node']}"
+        if "max_jobs_per_user" in p:  # running at once: more wait in the queue (not refused)
+            q["MaxJobsPerUser"] = str(p["max_jobs_per_user"])
+        if "max_submit_per_user" in p:
+            q["MaxSubmitJobsPerUser"] = str(p["max_submit_per_user"])
+        qos[p["name"]] = q
+    return lines, qos
+# --8<-- [end:tables]
+
+
+def node_line(name, c):
+    n = c["node"]
+    cores = n["sockets"] * n["cores_per_socket"] - n.get("reserved_cores", 0)
+    # Nodes advertise the real machine's size (SlurmdParameters=config_overrides); the GPUs are
+    # character devices, so Slurm hands them out and sets CUDA_VISIBLE_DEVICES, but torch sees none.
+    return (f"NodeName={name} NodeAddr={NODES[name][1]} CPUs={cores} Boards=1 SocketsPerBoard=1 "
+            f"CoresPerSocket={cores} ThreadsPerCore=1 RealMemory={n['memory_gib'] * 1024} "
+            f"Gres=gpu:{n['gpu_type']}:{n['gpus']} State=UNKNOWN")
+
+
+def job_submit_lua():
+    """Rules Slurm has no setting for, per partition: cores per GPU, GPUs per node."""
+    rules = []
+    for c in CLUSTERS.values():
+        alloc = c.get("gpu_allocation", {})
+        for p in c["partition"]:
+            rules.append(f'  ["{p["name"]}"] = {{cluster = "{c["name"]}", '
+                         f'max_cores_per_gpu = {alloc.get("max_cores_per_gpu", "nil")}, '
+                         f'min_gpus_per_node = {p.get("min_gpus_per_node", "nil")}}},')
+    return (Path(__file__).resolve().parent / "job_submit.lua.in").read_text().replace(
+        "--RULES--", "\n".join(rules)).replace("--DEFAULT--", "gputest")
 
 
 def write_config(venv_bin):
     host = socket.gethostname()
-    cpus = "CPUs=128 Boards=1 SocketsPerBoard=2 CoresPerSocket=64 ThreadsPerCore=1 RealMemory=500000"
-    gres = "Gres=gpu:v100:4,gpu:a100:4,gpu:mi250:8"  # Puhti, Mahti and LUMI types on every node
-    conf = f"""# Written by tools/local_slurm.py: a 2-node practice cluster on one machine.
-ClusterName=local
+    logs, ctld = STATE / "log", STATE / "ctld"
+    conf = f"""# Written by tools/local_slurm.py from tools/clusters/*.toml: a replica of Roihu-GPU and LUMI-G.
+ClusterName=practice
 SlurmctldHost={host}({BRIDGE_IP})
-SlurmctldPort={PORTS[0]}
-SlurmdPort={PORTS[1]}
+SlurmctldPort={PORTS['slurmctld']}
+SlurmdPort={PORTS['slurmd']}
 SlurmUser=root
 AuthType=auth/munge
 AuthInfo=cred_expire=5
-StateSaveLocation={STATE}/ctld
+StateSaveLocation={ctld}
 SlurmdSpoolDir={STATE}/spool/%n
 SlurmctldPidFile={STATE}/slurmctld.pid
 SlurmdPidFile={STATE}/slurmd-%n.pid
-SlurmctldLogFile={STATE}/log/slurmctld.log
-SlurmdLogFile={STATE}/log/slurmd-%n.log
+SlurmctldLogFile={logs}/slurmctld.log
+SlurmdLogFile={logs}/slurmd-%n.log
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 MpiDefault=none
 SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-AccountingStorageType=accounting_storage/none
+SelectTypeParameters=CR_Core_Memory
+AccountingStorageType=accounting_storage/slurmdbd
+AccountingStorageHost=127.0.0.1
+AccountingStoragePort={PORTS['slurmdbd']}
+AccountingStorageEnforce=associations,limits,qos
+AccountingStorageTRES=gres/gpu
+EnforcePartLimits=ALL
+JobSubmitPlugins=lua
 JobCompType=jobcomp/none
-JobAcctGatherType=jobacct_gather/none
+JobAcctGatherType=jobacct_gather/linux
+JobAcctGatherFrequency=task=5
 SchedulerParameters=batch_sched_delay=0,sched_min_interval=0,bf_interval=1,sched_interval=2
 MinJobAge=4
 ReturnToService=2
 SlurmdParameters=config_overrides
 GresTypes=gpu
 """
-    for name, addr in NODES.items():
-        conf += f"NodeName={name} NodeAddr={addr} {cpus} {gres} State=UNKNOWN\n"
-    for i, part in enumerate(PARTITIONS):
-        conf += f"PartitionName={part} Nodes=ALL Default={'YES' if i == 0 else 'NO'} MaxTime=INFINITE State=UP\n"
+    gres = ["AutoDetect=off"]
+    for name, (key, _) in NODES.items():
+        conf += node_line(name, CLUSTERS[key]) + "\n"
+        n = CLUSTERS[key]["node"]
+        gres.append(f"NodeName={name} Name=gpu Type={n['gpu_type']} File={STATE}/dev/{name}/gpu[0-{n['gpus'] - 1}]")
+    qos = {}
+    for key, c in CLUSTERS.items():
+        lines, q = partition_lines(key, c)
+        conf += "\n".join(lines) + "\n"
+        qos.update(q)
     (STATE / "slurm.conf").write_text(conf)
-    dev = STATE / "dev"
-    (STATE / "gres.conf").write_text(
-        "AutoDetect=off\n"
-        f"Name=gpu Type=v100 File={dev}/nvidia[0-3]\n"
-        f"Name=gpu Type=a100 File={dev}/nvidia[4-7]\n"
-        f"Name=gpu Type=mi250 File={dev}/nvidia[8-15]\n")
+    (STATE / "gres.conf").write_text("\n".join(gres) + "\n")
     (STATE / "cgroup.conf").write_text("CgroupPlugin=autodetect\n")
-    (STATE / "modules").mkdir(exist_ok=True)
-    (STATE / "modules" / "pytorch.lua").write_text(
-        'help("This tutorial\'s virtualenv: torch, torchvision, ...")\n'
-        f'prepend_path("PATH", "{venv_bin}")\n')
+    (STATE / "job_submit.lua").write_text(job_submit_lua())
+    dbd = STATE / "slurmdbd.conf"
+    dbd.write_text(f"""AuthType=auth/munge
+DbdHost=localhost
+DbdAddr=127.0.0.1
+DbdPort={PORTS['slurmdbd']}
+SlurmUser=root
+StorageType=accounting_storage/mysql
+StorageHost=127.0.0.1
+StoragePort={PORTS['mariadb']}
+StorageUser={DB_USER}
+StoragePass={DB_PASS}
+StorageLoc=slurm_acct_db
+PidFile={STATE}/slurmdbd.pid
+LogFile={logs}/slurmdbd.log
+""")
+    dbd.chmod(0o600)
+    # Names resolve as on a real cluster: a DNS server (dnsmasq on the bridge) holds one address
+    # per node name, forward and reverse; each node mounts its own /etc/hosts and resolv.conf.
+    (STATE / "cluster-hosts").write_text(
+        "".join(f"{addr} {name}\n" for addr, name in [(BRIDGE_IP, host), *((a, n) for n, (_, a) in NODES.items())]))
+    (STATE / "hosts").write_text("127.0.0.1 localhost\n::1 localhost ip6-localhost ip6-loopback\n")
+    (STATE / "resolv.conf").write_text(f"nameserver {BRIDGE_IP}\n")
+    write_software(venv_bin)
     (STATE / "env.sh").write_text("".join(f"export {k}={v}\n" for k, v in env().items()))
+    return qos
+
+
+def write_software(venv_bin):
+    """Roihu's python-pytorch module; LUMI's AI Factory module, containers and `singularity`."""
+    roihu, lumi = CLUSTERS["roihu"], CLUSTERS["lumi"]
+    site = STATE / "modules" / "site" / roihu["module"]
+    site.mkdir(parents=True, exist_ok=True)
+    (site / f"{roihu['module_version']}.lua").write_text(
+        f'help([[Practice cluster: stands in for CSC\'s {roihu["module"]}/{roihu["module_version"]} on '
+        f'Roihu; it loads this tutorial\'s virtualenv (torch 2.14.1).]])\n'
+        f'prepend_path("PATH", "{venv_bin}")\n')
+    # LUMI nodes mount STATE/lumi/appl on /appl and STATE/lumi/modules on the module path above.
+    appl = STATE / "lumi" / "appl"
+    mods = appl / lumi["module_path"].removeprefix("/appl/")
+    mods.mkdir(parents=True, exist_ok=True)
+    (STATE / "lumi" / "modules").mkdir(parents=True, exist_ok=True)
+    (mods / f"{lumi['module']}.lua").write_text(
+        'help([[Practice cluster: stands in for the LUMI AI Factory\'s singularity bindings.]])\n'
+        'setenv("SINGULARITY_BIND", "/scratch,/project,/flash")\n'
+        f'prepend_path("PATH", "{STATE}/lumi/bin")  -- the stand-in `singularity` (on LUMI: /usr/bin)\n')
+    for sif in lumi["containers"]:
+        p = appl / sif.removeprefix("/appl/")
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text("practice-cluster stand-in for a LUMI AI Factory container image\n")
+    bindir = STATE / "lumi" / "bin"
+    bindir.mkdir(parents=True, exist_ok=True)
+    stub = bindir / "singularity"
+    stub.write_text((Path(__file__).resolve().parent / "singularity.in").read_text().replace("@VENV_BIN@", venv_bin))
+    stub.chmod(0o755)
 
 
 def make_network():
     sh("ip", "link", "add", BRIDGE, "type", "bridge")
     sh("ip", "addr", "add", f"{BRIDGE_IP}/24", "dev", BRIDGE)
     sh("ip", "link", "set", BRIDGE, "up")
-    for name, addr in NODES.items():
-        ns, veth = f"ddp-{name}", f"veth-ddp-{name}"
+    for name, (_, addr) in NODES.items():
+        ns, veth = f"ddp-{name}", f"veth-{name}"
         sh("ip", "netns", "add", ns)
         sh("ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
         sh("ip", "link", "set", veth, "master", BRIDGE, "up")
         sh("ip", "-n", ns, "addr", "add", f"{addr}/24", "dev", "eth0")
         sh("ip", "-n", ns, "link", "set", "eth0", "up")
         sh("ip", "-n", ns, "link", "set", "lo", "up")
-    lines = [l for l in Path("/etc/hosts").read_text().splitlines() if HOSTS_MARK not in l]
-    lines += [f"{addr} {name} {HOSTS_MARK}" for name, addr in NODES.items()]
-    # c10d looks up the peer's name of each connection, as an IPv4-mapped IPv6 address; the
-    # namespaces reach no DNS server, so without these lines every job prints warnings.
-    lines += [f"::ffff:{addr} {name} {HOSTS_MARK}" for name, addr in NODES.items()]
-    lines += [f"::ffff:127.0.0.1 localhost {HOSTS_MARK}"]
-    Path("/etc/hosts").write_text("\n".join(lines) + "\n")
 
 
 def start_munge():
-    r = subprocess.run(["pgrep", "-x", "munged"], capture_output=True)
-    if r.returncode == 0:
+    if subprocess.run(["pgrep", "-x", "munged"], capture_output=True).returncode == 0:
         return  # one munged per machine serves everything
     Path("/run/munge").mkdir(parents=True, exist_ok=True)
     shutil.chown("/run/munge", "munge", "munge")
     sh("su", "-s", "/bin/sh", "munge", "-c", "/usr/sbin/munged")
+
+
+def wait_for(what, ok, seconds=30):
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        if ok():
+            return
+        time.sleep(0.1)
+    logs = "\n".join(f"--- {p}\n{p.read_text()[-1500:]}" for p in sorted([*(STATE / "log").glob("*.log"), *(STATE / "db").glob("*.log")]))
+    stop(quiet=True)
+    raise ClusterError(f"{what} did not come up within {seconds} s\n{logs}")
+
+
+def start_accounting(qos):
+    """MariaDB (own data dir, 127.0.0.1 only) + slurmdbd; projects, users and QOS limits."""
+    db = STATE / "db"
+    if not (db / "mysql").exists():
+        db.mkdir(parents=True, exist_ok=True)
+        shutil.chown(db, "mysql", "mysql")
+        sh("mariadb-install-db", "--user=mysql", f"--datadir={db}", "--auth-root-authentication-method=socket",
+           "--skip-test-db")
+    init = STATE / "db-init.sql"
+    init.write_text(f"CREATE USER IF NOT EXISTS '{DB_USER}'@'127.0.0.1' IDENTIFIED BY '{DB_PASS}';\n"
+                    f"GRANT ALL ON slurm_acct_db.* TO '{DB_USER}'@'127.0.0.1';\n")
+    subprocess.Popen(["mariadbd", "--user=mysql", f"--datadir={db}", "--bind-address=127.0.0.1",
+                      f"--port={PORTS['mariadb']}", f"--socket={db}/mariadb.sock", f"--pid-file={db}/mariadb.pid",
+                      f"--init-file={init}", f"--log-error={db}/mariadb.log", "--innodb-buffer-pool-size=32M"],
+                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    wait_for("mariadb", lambda: subprocess.run(
+        ["mariadb", "-h127.0.0.1", f"-P{PORTS['mariadb']}", f"-u{DB_USER}", f"-p{DB_PASS}", "-e", "select 1"],
+        capture_output=True).returncode == 0)
+    client("slurmdbd")
+    wait_for("slurmdbd", lambda: client("sacctmgr", "-n", "list", "cluster", check=False).returncode == 0)
+    cmds = ["add cluster practice"]
+    for name, q in qos.items():  # the gres/gpu limits follow once slurmctld has registered that TRES
+        cmds += [f"add qos {name}", f"modify qos {name} set " + " ".join(f"{k}={v}" for k, v in q.items() if "TRES" not in k)]
+    users = {"root"} | ({os.environ["SUDO_USER"]} if os.environ.get("SUDO_USER") else set())
+    for c in CLUSTERS.values():
+        for acct in c["accounts"]:
+            cmds.append(f"add account {acct} Description='{c['name']} project' Organization=practice")
+            cmds += [f"add user {user} Account={acct}" for user in users]
+    # jobs without --account are charged to the first Roihu project, as to a real default project
+    cmds += [f"modify user {user} set DefaultAccount={CLUSTERS['roihu']['accounts'][0]}" for user in users]
+    sacctmgr(cmds)
+
+
+def sacctmgr(cmds):
+    """Run sacctmgr commands in one process (each one costs a database round trip)."""
+    r = subprocess.run(["sacctmgr", "-i"], input="\n".join(cmds) + "\n", capture_output=True, text=True,
+                       env={**os.environ, **env()})
+    if "error" in r.stdout.lower() + r.stderr.lower():
+        raise ClusterError(f"sacctmgr failed:\n{r.stdout[-2000:]}{r.stderr[-2000:]}")
+
+
+def start_node(name):
+    key = NODES[name][0]
+    conf = STATE / "slurm.conf"
+    mounts = [f"mount --bind {STATE}/hosts /etc/hosts", f"mount --bind {STATE}/resolv.conf /etc/resolv.conf"]
+    if key == "lumi":
+        mounts += [f"mount --bind {STATE}/lumi/appl {APPL}",
+                   f"mount --bind {STATE}/lumi/modules {STATE}/modules/site"]
+    # Not `ip netns exec`: it remounts /sys and slurmd then cannot find the cgroup fs.
+    sh("nsenter", f"--net=/run/netns/ddp-{name}", "unshare", "--uts", "--mount", "sh", "-c",
+       "; ".join(mounts + [f"hostname {name}", f"exec slurmd -f {conf} -N {name}"]),
+       env={**os.environ, **env()})
 
 
 def start(venv_bin=None):
@@ -173,33 +377,40 @@ def start(venv_bin=None):
     if running():
         return env()
     stop(quiet=True)  # a stale cluster (crashed test run, killed session) is cleaned first
-    for d in ["ctld", "log", "dev", *(f"spool/{n}" for n in NODES)]:
+    for d in ["ctld", "log", *(f"spool/{n}" for n in NODES)]:
         (STATE / d).mkdir(parents=True, exist_ok=True)
-    for i in range(16):  # fake GPUs: character devices that Slurm's gres plugin hands out
-        p = STATE / "dev" / f"nvidia{i}"
-        if not p.exists():
-            os.mknod(p, 0o666 | 0o020000, os.makedev(195, i))
-    # `module load pytorch` puts this on PATH: the project's venv, whichever python started us
+    for name, (key, _) in NODES.items():  # fake GPUs: character devices Slurm's gres plugin hands out
+        (STATE / "dev" / name).mkdir(parents=True, exist_ok=True)
+        for i in range(CLUSTERS[key]["node"]["gpus"]):
+            p = STATE / "dev" / name / f"gpu{i}"
+            if not p.exists():
+                os.mknod(p, 0o666 | 0o020000, os.makedev(195, i))
+    # `module load python-pytorch` puts this on PATH: the project's venv, whichever python started us
     project_venv = Path(__file__).resolve().parent.parent / ".venv" / "bin"
-    write_config(venv_bin or str(project_venv if project_venv.is_dir() else Path(sys.prefix) / "bin"))
+    qos = write_config(venv_bin or str(project_venv if project_venv.is_dir() else Path(sys.prefix) / "bin"))
+    if not APPL.exists():
+        APPL.mkdir()
+        (STATE / "made-appl").touch()  # so stop() removes only what start() made
     start_munge()
+    start_accounting(qos)
     make_network()
-    conf = str(STATE / "slurm.conf")
-    sh("slurmctld", "-f", conf, env={**os.environ, **env()})
+    sh("dnsmasq", "--conf-file=/dev/null", "--no-resolv", "--no-hosts", f"--addn-hosts={STATE}/cluster-hosts",
+       f"--listen-address={BRIDGE_IP}", "--bind-interfaces", "--bogus-priv", "--domain-needed",
+       f"--pid-file={STATE}/dnsmasq.pid", "--user=root")
+    client("slurmctld", "-f", str(STATE / "slurm.conf"))
+    wait_for("slurmctld", lambda: "gres/gpu" in client("sacctmgr", "-n", "-P", "list", "tres", "format=Type,Name",
+                                                       check=False).stdout.replace("|", "/"))
+    sacctmgr([f"modify qos {name} set " + " ".join(f"{k}={v}" for k, v in q.items() if "TRES" in k)
+              for name, q in qos.items() if any("TRES" in k for k in q)])
     for name in NODES:
-        # Not `ip netns exec`: it remounts /sys and slurmd then cannot find the cgroup fs.
-        sh("nsenter", f"--net=/run/netns/ddp-{name}", "unshare", "--uts", "sh", "-c",
-           f"hostname {name}; exec slurmd -f {conf} -N {name}", env={**os.environ, **env()})
-    deadline = time.time() + 30
-    while time.time() < deadline:
-        r = subprocess.run(["sinfo", "-h", "-o", "%n %T"], capture_output=True, text=True, env={**os.environ, **env()})
+        start_node(name)
+
+    def all_idle():
+        r = client("sinfo", "-h", "-N", "-o", "%N %T", check=False)
         states = dict(zip(r.stdout.split()[::2], r.stdout.split()[1::2]))
-        if r.returncode == 0 and sorted(states) == sorted(NODES) and set(states.values()) == {"idle"}:
-            return env()
-        time.sleep(0.2)
-    logs = "\n".join(f"--- {p}\n{p.read_text()[-1500:]}" for p in sorted((STATE / "log").glob("*.log")))
-    stop(quiet=True)
-    raise ClusterError(f"nodes did not reach idle within 30 s (sinfo: {r.stdout.strip() or r.stderr.strip()})\n{logs}")
+        return r.returncode == 0 and sorted(states) == sorted(NODES) and set(states.values()) == {"idle"}
+    wait_for("the nodes (state idle)", all_idle)
+    return env()
 
 
 def kill_pidfile(pidfile, sig=signal.SIGTERM):
@@ -210,8 +421,9 @@ def kill_pidfile(pidfile, sig=signal.SIGTERM):
 
 
 def stop(quiet=False):
-    """Stop the daemons and every job process, remove namespaces, bridge and /etc/hosts lines."""
-    for p in STATE.glob("*.pid"):
+    """Stop the daemons and every job process, remove namespaces, bridge and what start() made."""
+    pidfiles = list(STATE.glob("*.pid")) + list(STATE.glob("db/*.pid"))
+    for p in pidfiles:
         kill_pidfile(p)
     for name in NODES:
         ns = f"ddp-{name}"
@@ -222,21 +434,19 @@ def stop(quiet=False):
                 except OSError:
                     pass
             sh("ip", "netns", "del", ns, check=False)
-        sh("ip", "link", "del", f"veth-ddp-{name}", check=False)  # `netns del` may leave it
+        sh("ip", "link", "del", f"veth-{name}", check=False)  # `netns del` may leave it
     sh("ip", "link", "del", BRIDGE, check=False)
-    if Path("/etc/hosts").exists():
-        lines = Path("/etc/hosts").read_text().splitlines()
-        kept = [l for l in lines if HOSTS_MARK not in l]
-        if kept != lines:
-            Path("/etc/hosts").write_text("\n".join(kept) + "\n")
     deadline = time.time() + 10
-    while any(pid_alive(p) for p in STATE.glob("*.pid")) and time.time() < deadline:
+    while any(pid_alive(p) for p in pidfiles) and time.time() < deadline:
         time.sleep(0.1)
-    for p in STATE.glob("*.pid"):
+    for p in pidfiles:
         kill_pidfile(p, signal.SIGKILL)
+        p.unlink(missing_ok=True)
+    if (STATE / "made-appl").exists():
+        shutil.rmtree(APPL, ignore_errors=True)
+        (STATE / "made-appl").unlink()
     shutil.rmtree(STATE / "ctld", ignore_errors=True)  # no stale jobs on the next start
-    for p in STATE.glob("*.pid"):
-        p.unlink()
+    shutil.rmtree(STATE / "db", ignore_errors=True)    # nor stale accounting
     if not quiet:
         print("local cluster stopped")
 
@@ -246,7 +456,9 @@ def main():
     try:
         if cmd == "start":
             start()
-            print(f"local cluster up: nodes {', '.join(NODES)}; partitions {', '.join(PARTITIONS)}")
+            for c in CLUSTERS.values():
+                print(f"{c['name']}: nodes {', '.join(c['node']['names'])}; "
+                      f"partitions {', '.join(p['name'] for p in c['partition'])}; projects {', '.join(c['accounts'])}")
             print(f"to use it: source {STATE / 'env.sh'}")
         elif cmd == "stop":
             stop()
