@@ -1,0 +1,62 @@
+"""Every batch script targets a cluster that runs jobs today, and CSC's own documented examples
+run unchanged on the replica of their cluster (tools/clusters/*.toml)."""
+import re
+from pathlib import Path
+
+import pytest
+
+import local_slurm
+from jobs import submit
+
+ROOT = Path(__file__).resolve().parent.parent
+SBATCH = sorted(ROOT.glob("slurm/*.sbatch"))
+PARTITIONS = {key: {p["name"] for p in c["partition"]} for key, c in local_slurm.CLUSTERS.items()}
+ACCOUNTS = {key: set(c["accounts"]) for key, c in local_slurm.CLUSTERS.items()}
+
+
+def option(text, name):
+    m = re.search(rf"^#SBATCH --{name}=(\S+)", text, re.M)
+    return m and m.group(1)
+
+
+@pytest.mark.parametrize("path", SBATCH, ids=lambda p: p.name)
+def test_each_script_targets_its_own_cluster(path):
+    text = path.read_text()
+    assert not re.search(r"puhti|mahti|v100|a100|module load pytorch", text, re.I), f"{path.name}: a retired system"
+    if path.stem.endswith("-generic"):  # any site: no CSC partition, account or module
+        assert option(text, "partition") is None and "module load" not in text
+        return
+    cluster = "lumi" if path.stem.endswith("-lumi") else "roihu"
+    assert option(text, "partition") in PARTITIONS[cluster], path.name
+    assert option(text, "account") in ACCOUNTS[cluster], path.name
+    if cluster == "roihu":
+        assert "module load python-pytorch" in text and "--gres=gpu:gh200:" in text and "--mem" not in text
+    else:
+        assert "module load lumi-aif-singularity-bindings" in text and 'singularity run "$SIF"' in text
+
+
+# CSC's examples (docs/support/tutorials/ml-multi.md in CSCfi/csc-user-guide, 21 August 2026),
+# copied verbatim into tests/csc-examples/. Placeholders removed: <project> becomes a project of
+# the replica (gpularge needs the one with an accepted scalability test), `myprog.py <options>`
+# becomes tests/csc_probe.py.
+EXAMPLES = sorted((ROOT / "tests" / "csc-examples").glob("*.sbatch"))
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+def test_csc_documented_examples_run_unchanged(cluster, path):
+    text = path.read_text()
+    project = ("project_462000000" if path.stem.startswith("lumi") else
+               "project_2001235" if "--partition=gpularge" in text else "project_2001234")
+    text = text.replace("<project>", project).replace("myprog.py", "tests/csc_probe.py").replace(" <options>", "")
+    run = ROOT / "runs" / "csc-examples" / path.name
+    run.parent.mkdir(parents=True, exist_ok=True)
+    run.write_text(text)
+    out = submit(str(run.relative_to(ROOT)))
+    nodes = int(option(text, "nodes") or 1)
+    gpus = 8 if path.stem.startswith("lumi") else 4
+    if "torchrun" in text:
+        assert f"probe: {nodes * gpus} processes on {nodes} nodes talked (torchrun)" in out, out
+    else:
+        tasks = re.findall(r"^probe: task (\d+) of (\d+) on (\S+)$", out, re.M)
+        assert sorted(int(t) for t, _, _ in tasks) == list(range(nodes * gpus)), out
+        assert {n for _, n, _ in tasks} == {str(nodes * gpus)} and len({h for _, _, h in tasks}) == nodes
