@@ -79,3 +79,37 @@ def submit(sbatch_file, *options, check=True, grep=None):
 def numbers(pattern, text):
     """All floats captured by `pattern` in `text`: to compare printed results."""
     return [float(x) for x in re.findall(pattern, text)]
+
+
+def start(sbatch_file, *args):
+    """Submit an sbatch file without waiting; return the job id (step 11: a job to inspect while
+    it runs). `args` come after the file: sbatch passes them to the batch script ("$@")."""
+    (ROOT / "logs").mkdir(exist_ok=True)
+    cmd = ["sbatch", "--parsable", f"--output={ROOT}/logs/job-%j.out", sbatch_file, *args]
+    print(f"$ sbatch {' '.join([sbatch_file, *args])}")
+    r = subprocess.run(cmd, cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    m = re.match(r"(\d+)", r.stdout)
+    if not m:
+        raise RuntimeError(f"sbatch refused the job: {r.stderr.strip()}")
+    print(f"job {m.group(1)} submitted")
+    return m.group(1)
+
+
+def wait_job(job_id, until=None, timeout=300):
+    """Wait until the job has left the queue or, with `until`, until its output contains that
+    text; return its output so far. Raises if the time runs out, or the job ends first."""
+    import time
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        path = ROOT / "logs" / f"job-{job_id}.out"
+        out = path.read_text() if path.exists() else ""
+        if until is not None and until in out:
+            return out
+        state = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"], env=_env(),
+                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True).stdout.strip()
+        if state in ("", "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"):
+            if until is None:
+                return out
+            raise RuntimeError(f"job {job_id} ended ({state or 'left the queue'}) before printing {until!r}:\n{out}")
+        time.sleep(1)
+    raise RuntimeError(f"job {job_id}: still waiting after {timeout} s")
