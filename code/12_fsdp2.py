@@ -48,7 +48,8 @@ bf16 = args.mp == "bf16"
 # --8<-- [start:shard]
 if args.mode == "fsdp":
     # bf16: weights gathered and used in bf16, gradients reduced in fp32, the shards stay fp32
-    mp = MixedPrecisionPolicy(torch.bfloat16, torch.float32) if bf16 else MixedPrecisionPolicy()
+    bf16_policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    mp = bf16_policy if bf16 else MixedPrecisionPolicy()
     for block in net.features:  # bottom-up: each block gathers its weights in one all-gather
         if isinstance(block, nn.Conv2d):
             fully_shard(block, mp_policy=mp)
