@@ -88,9 +88,11 @@ def accuracy(model, dataset, device, batch_size=500, dtype=None):
 def setup_distributed(backend="auto", timeout_s=300):
     """Join the process group; return (rank, local_rank, world_size, device).
 
-    torchrun (or srun, step 5) sets RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT.
+    torchrun sets RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT; srun without
+    torchrun (one task per GPU) sets Slurm's own variables, which slurm_to_torch() copies.
     One code path: nccl + one GPU per process when GPUs exist, gloo + CPU otherwise.
     """
+    slurm_to_torch()
     if "LOCAL_RANK" not in os.environ:
         raise SystemExit("error: LOCAL_RANK is not set: start this script with torchrun "
                          "(torchrun --standalone --nproc_per_node=2 SCRIPT) or srun (step 5)")
@@ -113,7 +115,25 @@ def setup_distributed(backend="auto", timeout_s=300):
     return dist.get_rank(), local_rank, dist.get_world_size(), device
 
 
-def cleanup():
+def slurm_to_torch():
+    """Started by srun without torchrun: give Slurm's task numbers the names torch reads.
+
+    Only inside an srun step (SLURM_STEP_ID) and only where torchrun did not set RANK: under
+    torchrun, SLURM_PROCID numbers the node's torchrun task, not a process.
+    """
+    if "RANK" in os.environ or "SLURM_STEP_ID" not in os.environ or "SLURM_PROCID" not in os.environ:
+        return
+    os.environ["RANK"] = os.environ["SLURM_PROCID"]  # 0 .. tasks - 1 over all nodes
+    os.environ["WORLD_SIZE"] = os.environ["SLURM_NTASKS"]
+    os.environ["LOCAL_RANK"] = os.environ["SLURM_LOCALID"]  # 0 .. tasks on this node - 1
+    if "MASTER_ADDR" not in os.environ or "MASTER_PORT" not in os.environ:
+        raise SystemExit("error: started by srun without torchrun, but MASTER_ADDR/MASTER_PORT are not "
+                         "set: export them in the batch script before srun: MASTER_ADDR=$(scontrol show "
+                         "hostnames \"$SLURM_JOB_NODELIST\" | head -n 1) MASTER_PORT=$((20000 + "
+                         "SLURM_JOB_ID % 20000))")
+
+
+def cleanup(exit_code=0):
     """The last line of a script: leave together, then end this process.
 
     The barrier keeps a fast rank from exiting while a slow one still talks to it. After
@@ -126,7 +146,7 @@ def cleanup():
         dist.destroy_process_group()
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(0)
+    os._exit(exit_code)
 # --8<-- [end:setup]
 
 

@@ -1,13 +1,17 @@
 """The shared helpers in code/ddp_helpers.py: data, model, set-up and their error messages."""
 import os
+import socket
 import struct
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
 
 import ddp_helpers as h
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_digits_split_sizes_and_shapes():
@@ -104,3 +108,53 @@ def test_digits_are_sklearns_load_digits():
     expected = torch.tensor(x, dtype=torch.float32)[order] / 16.0
     expected = (expected - expected.mean()) / expected.std()
     assert torch.equal(xs, expected) and torch.equal(ys, torch.tensor(y)[order])
+
+
+# --- srun without torchrun: Slurm's variables only (issue 17) ---------------------------------
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _as_srun_tasks(argv, ntasks=2, master=True, timeout=300):
+    """Start `ntasks` processes the way srun does without torchrun: each gets only Slurm's
+    numbering (SLURM_STEP_ID, SLURM_PROCID, SLURM_LOCALID, SLURM_NTASKS), plus MASTER_ADDR and
+    MASTER_PORT as the batch script exports them. Returns [(exit code, output)] by task."""
+    drop = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR",
+            "MASTER_PORT", "TORCHELASTIC_RUN_ID")
+    base = {k: v for k, v in os.environ.items() if k not in drop and not k.startswith("SLURM_")}
+    base.update(OMP_NUM_THREADS="1", SLURM_STEP_ID="0", SLURM_NTASKS=str(ntasks))
+    if master:
+        base.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
+    procs = [subprocess.Popen([sys.executable, *argv], cwd=ROOT, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True,
+                              env={**base, "SLURM_PROCID": str(t), "SLURM_LOCALID": str(t)})
+             for t in range(ntasks)]
+    return [(p.wait(timeout=timeout), p.stdout.read()) for p in procs]
+
+
+def test_srun_without_torchrun_sets_rank_and_world():
+    code = ("import sys; sys.path.insert(0, 'code'); import torch, torch.distributed as dist; "
+            "import ddp_helpers as h; rank, local, world, _ = h.setup_distributed(); "
+            "t = torch.tensor([rank + 1.0]); dist.all_reduce(t); "
+            "print(f'rank {rank} local {local} world {world} sum {t.item():g}', flush=True); h.cleanup()")
+    results = _as_srun_tasks(["-c", code])
+    assert [rc for rc, _ in results] == [0, 0], results
+    assert [out.strip() for _, out in results] == ["rank 0 local 0 world 2 sum 3", "rank 1 local 1 world 2 sum 3"]
+
+
+def test_srun_without_master_addr_is_one_clear_line():
+    code = "import sys; sys.path.insert(0, 'code'); import ddp_helpers as h; h.setup_distributed()"
+    for rc, out in _as_srun_tasks(["-c", code], master=False):
+        assert rc == 1 and out.strip().startswith("error: started by srun without torchrun, but "
+                                                  "MASTER_ADDR/MASTER_PORT are not set"), out
+        assert len(out.strip().splitlines()) == 1, out
+
+
+@pytest.mark.parametrize("script", ["code/01_ddp.py", "code/06_deepspeed.py"])
+def test_scripts_start_under_srun_without_torchrun(script):
+    """The scripts whose header says 'torchrun or srun' really start under plain srun."""
+    results = _as_srun_tasks([script, "--epochs", "1"])
+    assert [rc for rc, _ in results] == [0, 0], results
+    assert "2 processes, backend gloo" in results[0][1], results[0][1]
