@@ -1,8 +1,9 @@
 """Step 11: where is every rank of a running job? py-spy dump of each of its processes on this node.
 
-Run it inside the job's allocation, one task per node, while the job hangs:
-    srun --overlap --jobid=<JOBID> --ntasks-per-node=1 python code/11_stacks.py
---overlap lets this step share the CPUs (and GPUs) the training holds. It finds this node's
+Run it inside the job's allocation, one task on each of the job's nodes, while the job hangs:
+    srun --overlap --jobid=<JOBID> --nodes=<the job's nodes> --ntasks-per-node=1 python code/11_stacks.py
+--overlap lets this step share the CPUs (and GPUs) the training holds; without --nodes, srun
+starts one task on the job's first node only. It finds this node's
 processes of the job that have a rank (RANK, set by torchrun; SLURM_PROCID when srun alone
 started them) and prints py-spy's dump of each, labelled with the rank.
 """
@@ -19,7 +20,7 @@ def environ(pid):
 job, step, node = (os.environ.get(k) for k in ("SLURM_JOB_ID", "SLURM_STEP_ID", "SLURMD_NODENAME"))
 if not job or step is None:
     raise SystemExit("error: not inside a Slurm job step: run srun --overlap --jobid=<JOBID> "
-                     "--ntasks-per-node=1 python code/11_stacks.py")
+                     "--nodes=<the job's nodes> --ntasks-per-node=1 python code/11_stacks.py")
 if not shutil.which("py-spy"):
     raise SystemExit("error: py-spy not found: pip install py-spy==0.4.3 (into the environment the job uses)")
 
@@ -47,5 +48,6 @@ ranks = sorted((rank, int(pid)) for pid, (rank, ppid) in found.items() if ppid n
 if not ranks:
     print(f"{node}: no process of job {job} with a rank here", flush=True)
 for rank, pid in ranks:
-    dump = subprocess.run(["py-spy", "dump", "--pid", str(pid)], capture_output=True, text=True)
+    dump = subprocess.run(["py-spy", "dump", "--pid", str(pid)], capture_output=True, text=True,
+                          env={**os.environ, "CLICOLOR_FORCE": "0"})  # plain text, even where Jupyter forces colours
     print(f"--- rank {rank} (node {node}, pid {pid})\n{dump.stdout}{dump.stderr}", end="", flush=True)

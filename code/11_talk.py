@@ -21,8 +21,8 @@ def parse_size(text):
     """'8K' -> 8192 bytes; a plain number is bytes."""
     mult = UNITS.get(text[-1:].upper(), 1)
     digits = text[:-1] if mult > 1 else text
-    if not digits.isdigit() or int(digits) * mult < 4:
-        raise SystemExit(f"error: --sizes: {text!r} is not a size like 8K, 1M or 64M (at least 4 bytes)")
+    if not digits.isdigit() or int(digits) * mult < 4 or int(digits) * mult % 4:
+        raise SystemExit(f"error: --sizes: {text!r} is not a size like 8K, 1M or 64M (float32s: a multiple of 4 bytes)")
     return int(digits) * mult
 
 

@@ -1,0 +1,39 @@
+"""Step 11: the 'can every rank talk' test must be able to fail.
+
+The notebook shows it passing on the practice cluster; here one rank's all_reduce results are
+corrupted on purpose (a stand-in for a bad GPU or link), and the script must say WRONG and
+end with an error line and exit code 1.
+"""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+CORRUPT = """
+import runpy, sys
+import torch.distributed as dist
+sys.path.insert(0, "code")
+real_all_reduce = dist.all_reduce
+def all_reduce(tensor, *args, **kwargs):
+    work = real_all_reduce(tensor, *args, **kwargs)
+    if dist.get_rank() == 1 and tensor.numel() > 2:  # the messages, not the script's own checks
+        tensor.view(-1)[-1] += 1
+    return work
+dist.all_reduce = all_reduce
+sys.argv = ["code/11_talk.py", "--sizes", "8K,64K", "--iters", "1", "--timeout", "60"]
+runpy.run_path("code/11_talk.py", run_name="__main__")
+"""
+
+
+def test_talk_reports_a_wrong_sum(tmp_path):
+    wrapper = tmp_path / "corrupt_rank1.py"
+    wrapper.write_text(CORRUPT)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                        str(wrapper)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    out = r.stdout + r.stderr
+    assert r.returncode == 1, out
+    assert out.count("WRONG") == 2 and " correct " not in out, out
+    assert "error: all_reduce gave a wrong sum: within node 0 at 8 KiB, within node 0 at 64 KiB" in out, out
