@@ -1,7 +1,7 @@
 """Step 3: the global batch and the learning rate. Start it with torchrun or srun.
 
 global batch = processes x per-process batch x accumulation steps. Comma-separated values of
---optimizer, --batch-size and --scale run one training each (a sweep in one launch).
+--optimizer, --batch-size, --scale and --warmup-steps run one training each (a sweep in one launch).
 """
 import argparse
 import contextlib
@@ -30,7 +30,7 @@ p.add_argument("--optimizer", default="sgd", help="sgd, adam or both, comma-sepa
 p.add_argument("--lr", type=float, help="base learning rate (default: sgd 0.05, adam 0.002)")
 p.add_argument("--base-batch", type=int, default=96, help="the batch the base lr was tuned for")
 p.add_argument("--scale", default="none", help=f"lr rule(s), comma-separated: {', '.join(RULES)}")
-p.add_argument("--warmup-steps", type=int, default=0, help="raise the lr linearly over these")
+p.add_argument("--warmup-steps", default="0", help="raise the lr linearly over these steps (comma-separated)")
 p.add_argument("--reduction", default="mean", choices=["mean", "sum"])
 p.add_argument("--adam-eps", type=float, default=1e-8)
 p.add_argument("--reference", action="store_true", help="rank 0 also trains one process on the "
@@ -40,6 +40,7 @@ p.add_argument("--backend", default="auto", choices=["auto", "nccl", "gloo"])
 args = p.parse_args()
 optimizers, rules = args.optimizer.split(","), args.scale.split(",")
 batches = [int(b) for b in args.batch_size.split(",")]
+warmups = [int(w) for w in args.warmup_steps.split(",")]
 if not set(optimizers) <= {"sgd", "adam"} or not set(rules) <= set(RULES):
     raise SystemExit(f"error: unknown optimizer or rule in {args.optimizer!r} / {args.scale!r}: "
                      f"optimizers sgd, adam; rules {', '.join(RULES)}")
@@ -50,7 +51,7 @@ micros = {b: per_rank_batch(b, world_size, args.accum) for b in batches}
 torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False  # to compare
 train, test = load_dataset("digits")
 print0(f"{world_size} processes, backend {torch.distributed.get_backend()}, device {device.type}, "
-       f"{args.epochs} epochs, loss reduction {args.reduction}, warmup {args.warmup_steps} steps")
+       f"{args.epochs} epochs, loss reduction {args.reduction}")
 
 
 def make_opt(params, name, lr):
@@ -59,7 +60,7 @@ def make_opt(params, name, lr):
     return torch.optim.Adam(params, lr=lr, eps=args.adam_eps)
 
 
-for opt_name, batch_size, rule in itertools.product(optimizers, batches, rules):
+for opt_name, batch_size, rule, warmup_steps in itertools.product(optimizers, batches, rules, warmups):
     micro = micros[batch_size]
     base_lr = args.lr or {"sgd": 0.05, "adam": 0.002}[opt_name]
     lr = RULES[rule](base_lr, batch_size, args.base_batch)
@@ -69,7 +70,7 @@ for opt_name, batch_size, rule in itertools.product(optimizers, batches, rules):
     ref = copy.deepcopy(model)  # the one-process reference (used on rank 0 with --reference)
     model = DDP(model, device_ids=[local_rank] if device.type == "cuda" else None)
     opt, ref_opt = make_opt(model.parameters(), opt_name, ddp_lr), make_opt(ref.parameters(), opt_name, lr)
-    warmup = lambda step: min(1.0, (step + 1) / args.warmup_steps) if args.warmup_steps else 1.0
+    warmup = lambda step: min(1.0, (step + 1) / warmup_steps) if warmup_steps else 1.0
     scheds = [torch.optim.lr_scheduler.LambdaLR(o, warmup) for o in (opt, ref_opt)]
     # drop_last: only full global batches, so every micro-batch has the same size (a short last
     # batch would make the mean over micro-batches weight its images unequally)
@@ -100,9 +101,9 @@ for opt_name, batch_size, rule in itertools.product(optimizers, batches, rules):
         loss = mean_over_ranks(total / len(loader))
     assert_replicas_equal(model)
     if rank == 0:
-        line = (f"{opt_name:4} batch {batch_size:4} = {world_size} x {micro} x {args.accum}  "
-                f"lr {ddp_lr:.4f} ({rule:7})  loss {loss:.4f}  test accuracy "
-                f"{accuracy(model.module, test, device):.4f}")
+        line = (f"{opt_name:4} batch {batch_size:3} = {world_size} x {micro} x {args.accum}  lr {ddp_lr:.4f} "
+                f"({rule:7}) warmup {warmup_steps:2}  {args.epochs * len(loader):3} steps  loss {loss:.4f}  "
+                f"test accuracy {accuracy(model.module, test, device):.4f}")
         if args.reference:
             diff = max((a - b).abs().max().item() for a, b in zip(model.module.parameters(), ref.parameters()))
             line += f"  max|dparam| vs 1 process {diff:.0e}"
