@@ -1,5 +1,5 @@
-"""Step 4: step 1's DDP training, with data prepared once per node, per-rank worker seeds and
-an evaluation that counts every test image exactly once. Start it with torchrun or srun."""
+"""Step 4: step 1's DDP training, with data prepared once before every rank reads it, per-rank
+worker seeds and an evaluation that counts every test image exactly once. Start it with torchrun or srun."""
 import argparse
 
 import torch
@@ -29,7 +29,9 @@ rank, local_rank, world_size, device = setup_distributed(args.backend)
 batch = per_rank_batch(args.batch_size, world_size)
 torch.manual_seed(args.seed)  # the same initial weights on every rank (DDP also broadcasts them)
 # --8<-- [start:data]
-if local_rank == 0:  # one process per node checks/unpacks/copies the data first ...
+# --data-dir is shared by all nodes: one process of the whole job checks/unpacks the data first
+# (a copy to each node's local disk would be local_rank == 0, into a folder only that node sees) ...
+if rank == 0:
     load_dataset(args.dataset, args.data_dir)
 dist.barrier()  # ... the others wait here, then every rank reads the prepared files
 train, test = load_dataset(args.dataset, args.data_dir)
