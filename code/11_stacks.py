@@ -3,9 +3,9 @@
 Run it inside the job's allocation, one task on each of the job's nodes, while the job hangs:
     srun --overlap --jobid=<JOBID> --nodes=<the job's nodes> --ntasks-per-node=1 python code/11_stacks.py
 --overlap lets this step share the CPUs (and GPUs) the training holds; without --nodes, srun
-starts one task on the job's first node only. It finds this node's
-processes of the job that have a rank (RANK, set by torchrun; SLURM_PROCID when srun alone
-started them) and prints py-spy's dump of each, labelled with the rank.
+starts one task on the job's first node only. Each task finds its node's processes of the
+job that have a rank (RANK, set by torchrun; SLURM_PROCID when srun alone started them) and
+prints py-spy's dump of each, labelled with the rank.
 """
 import os
 import shutil
