@@ -1,16 +1,21 @@
 """The built site as a reader sees it, in headless Chromium (Debian's, driven by Playwright).
 
 Checks: the steps appear in order in the navigation, content tabs switch, code blocks have
-copy buttons, every snippet include is rendered, internal links resolve, notebook pages show
-their stored outputs and offer the .ipynb for download.
+copy buttons that copy commands without their `$ ` prompt, every snippet include is rendered,
+internal links resolve, notebook pages show their stored outputs and offer the .ipynb for
+download, pages read well from 1280 px down to 390 px (measured: content width, no word split
+across lines, tables that scroll instead of being clipped), the header links to the repository,
+and a search opens the step's page.
 """
 import functools
 import http.server
+import io
 import json
 import re
 import shutil
 import threading
 import urllib.request
+import zipfile
 from pathlib import Path
 from urllib.parse import urljoin, urlparse
 
@@ -98,6 +103,11 @@ def test_page_code_blocks_snippets_and_links(page, base_url, name):
     if blocks:
         page.wait_for_selector(f"article {copy}", state="attached", timeout=10_000)
     assert article.locator(copy).count() == blocks
+    # What each copy button copies (Material: the closest data-copy, else the block's text):
+    # commands without the `$ ` prompt a shell would not accept.
+    for copied in article.locator(copy).evaluate_all(COPIED_JS):
+        prompts = [l for l in copied.splitlines() if l.startswith("$ ")]
+        assert not prompts, f"{name}: a copy button copies prompts: {prompts[:3]}"
     text = article.text_content()  # includes collapsed blocks (??? details)
     assert "--8<--" not in text
     # Each snippet include shows the first line of what it includes.
@@ -124,7 +134,9 @@ def test_page_code_blocks_snippets_and_links(page, base_url, name):
 
 @pytest.mark.parametrize("nb", NOTEBOOKS)
 def test_notebook_page_has_outputs_and_download(page, base_url, nb):
+    page.set_viewport_size({"width": 390, "height": 844})  # a phone: the hardest width
     page.goto(base_url + f"notebooks/{nb}/")
+    assert_reads_well(page, f"notebooks/{nb}", 390)
     cells = json.loads((ROOT / "notebooks" / f"{nb}.ipynb").read_text())["cells"]
     stream = next("".join(o["text"]) for c in cells for o in c.get("outputs", []) if o.get("output_type") == "stream")
     first_line = next(l for l in stream.splitlines() if l.strip())
@@ -136,10 +148,165 @@ def test_notebook_page_has_outputs_and_download(page, base_url, nb):
         assert json.loads(r.read())["cells"] == cells
 
 
-def test_screenshot_of_step_1(page, base_url, tmp_path):
-    page.set_viewport_size({"width": 1280, "height": 900})
-    page.goto(base_url + "01-ddp/")
-    shot = ROOT / "runs" / "screenshot-01-ddp.png"
-    shot.parent.mkdir(exist_ok=True)
+# --- Reading width: measured in the browser -------------------------------------------------
+
+# Material's copy button copies the closest [data-copy] of its target, else the target's text.
+COPIED_JS = """buttons => buttons.map(b => {
+    const target = document.querySelector(b.getAttribute('data-clipboard-target'));
+    const owner = target.closest('[data-copy]');
+    return owner ? owner.getAttribute('data-copy') : target.innerText;
+})"""
+
+# What a reader of the article would call a layout defect, as a list of sentences.
+LAYOUT_JS = """() => {
+  const problems = [];
+  const art = document.querySelector("article");
+  const cs = getComputedStyle(art);
+  const left = art.getBoundingClientRect().left + parseFloat(cs.paddingLeft);
+  const content = art.clientWidth - parseFloat(cs.paddingLeft) - parseFloat(cs.paddingRight);
+  // Material lets code blocks and tables reach into the article's margins on phones.
+  const right = Math.max(left + content, art.parentElement.getBoundingClientRect().right);
+  const shown = e => e.getClientRects().length > 0 && getComputedStyle(e).visibility !== "hidden";
+  const all = sel => [...art.querySelectorAll(sel)].filter(shown);
+  const label = e => (e.className || e.tagName).toString().slice(0, 40) + ": "
+    + e.textContent.replace(/Copied!/g, "").replace(/\\s+/g, " ").trim().slice(0, 40);
+  if (document.documentElement.scrollWidth > innerWidth + 1)
+    problems.push(`the page scrolls sideways: ${document.documentElement.scrollWidth} > ${innerWidth} px`);
+  // Code, outputs and the title use the whole content width (code blocks in lists and boxes are
+  // indented; the blocks that stand on their own are measured).
+  const full = "h1, .jp-InputArea-editor, .jp-OutputArea-output, .md-content__inner > .highlight";
+  for (const e of all(full)) {
+    const w = e.getBoundingClientRect().width;
+    if (w < 0.95 * content) problems.push(`${Math.round(w)} of ${Math.round(content)} px wide: ${label(e)}`);
+  }
+  // No word of the title, of the headings or of a code or output line split across two lines.
+  for (const e of all("h1, h2, h3, pre")) {
+    const walker = document.createTreeWalker(e, NodeFilter.SHOW_TEXT);
+    for (let n = walker.nextNode(); n; n = walker.nextNode()) {
+      for (const m of n.data.matchAll(/\\S+/g)) {
+        const r = document.createRange();
+        r.setStart(n, m.index); r.setEnd(n, m.index + m[0].length);
+        const tops = new Set([...r.getClientRects()].filter(q => q.width > 0).map(q => Math.round(q.top)));
+        if (tops.size > 1) problems.push(`word split across lines: ${JSON.stringify(m[0])} in ${label(e)}`);
+      }
+    }
+  }
+  // Tables fit, or scroll inside the content: every column can be reached.
+  for (const t of all("table")) {
+    if (t.getBoundingClientRect().right <= right + 1) continue;
+    let e = t, scrolls = false;
+    for (; e && e !== art; e = e.parentElement) {
+      const ox = getComputedStyle(e).overflowX;
+      if ((ox === "auto" || ox === "scroll") && e.getBoundingClientRect().right <= right + 1
+          && e.scrollWidth >= t.getBoundingClientRect().width - 1) { scrolls = true; break; }
+    }
+    if (!scrolls) problems.push(`table clipped at ${Math.round(right)} px: ${label(t)}`);
+  }
+  // Cell-tag chips (names like 'pitfall-batch') mean nothing to a reader.
+  for (const e of all(".cell-tag, .celltoolbar")) problems.push(`cell tag shown: ${label(e)}`);
+  // The download link is a line of its own above the title, not a column beside the notebook.
+  const dl = document.querySelector("a.jp-DownloadNB"), h1 = art.querySelector("h1");
+  if (dl && h1 && dl.getBoundingClientRect().bottom > h1.getBoundingClientRect().top + 1)
+    problems.push("the download link sits beside the title instead of above it");
+  return problems;
+}"""
+
+
+def assert_reads_well(page, name, width):
+    problems = page.evaluate(LAYOUT_JS)
+    assert not problems, f"{name} at {width} px: {len(problems)} problems, e.g. {problems[:8]}"
+
+
+def test_layout_check_finds_what_issue_16_found(page):
+    """The measurement can fail: a notebook page as it was (a floating download link beside the
+    cells, a tag chip, an output wrapped inside a word, a table clipped by its box)."""
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.set_content("""<div class="md-content"><article style="padding: 0 16px">
+      <a class="jp-DownloadNB" style="float: right; width: 150px">Download notebook</a>
+      <div style="display: flow-root"><h1>Step 2 notebook: a title</h1>
+        <div class="jp-InputArea-editor"><span class="cell-tag">pitfall-batch</span></div>
+        <div class="jp-OutputArea-output"><pre style="white-space: pre-wrap; word-break: break-all">
+    $ python code/01_single.py --save runs/01-single.pt --epochs 5 --batch-size 96</pre></div>
+        <div style="overflow: hidden"><table><tr><td>case</td><td>what it does, in a long cell that
+          does not wrap</td><td>max |dparam|</td></tr></table></div></div></article></div>""")
+    page.add_style_tag(content="td { white-space: nowrap }")
+    problems = " | ".join(page.evaluate(LAYOUT_JS))
+    for kind in ["px wide: H1", "px wide: jp-InputArea-editor", "word split across lines", "table clipped",
+                 "cell tag shown", "download link sits beside"]:
+        assert kind in problems, (kind, problems)
+
+
+@pytest.mark.parametrize("width", [1280, 390])
+@pytest.mark.parametrize("name", ["01-ddp", "notebooks/02-equivalence"])
+def test_reading_width_and_screenshot(page, base_url, name, width):
+    """A step page and a notebook page (outputs, a wide table) on a laptop and on a phone.
+    The screenshots in runs/screenshots/ are for a person to look at; the test measures."""
+    page.set_viewport_size({"width": width, "height": 900})
+    page.goto(base_url + f"{name}/")
+    assert_reads_well(page, name, width)
+    shot = ROOT / "runs" / "screenshots" / f"{name.replace('/', '-')}-{width}.png"
+    shot.parent.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(shot), full_page=False, animations="disabled")
     assert shot.stat().st_size > 10_000
+
+
+def test_copy_button_copies_the_command_without_prompt(browser, base_url):
+    """A real click on the copy button of an output block, read back from the clipboard."""
+    ctx = browser.new_context(permissions=["clipboard-read", "clipboard-write"])
+    try:
+        page = ctx.new_page()
+        page.goto(base_url + "01-ddp/")
+        page.wait_for_selector('article button[data-md-type="copy"]', state="attached", timeout=10_000)
+        block = page.locator("article .highlight", has_text="$ torchrun").first
+        shown = block.locator("code").inner_text()
+        command = next(l for l in shown.splitlines() if l.startswith("$ "))
+        block.hover()
+        block.locator('button[data-md-type="copy"]').click()
+        copied = page.evaluate("navigator.clipboard.readText()")
+        assert copied == command[2:], (copied, command)
+    finally:
+        ctx.close()
+
+
+# --- Navigation ------------------------------------------------------------------------------
+
+def test_header_links_to_the_repository(page, base_url):
+    page.set_viewport_size({"width": 1280, "height": 900})
+    page.goto(base_url)
+    link = page.locator("header a[data-repository-link]")
+    assert link.is_visible()
+    link.click()
+    page.wait_for_load_state()
+    assert page.url == base_url + "repository/"
+    archive = page.locator("article a[download][href$='.zip']")
+    with urllib.request.urlopen(urljoin(page.url, archive.get_attribute("href"))) as r:
+        names = set(zipfile.ZipFile(io.BytesIO(r.read())).namelist())
+    listed = page.locator("article li code").all_inner_texts()
+    assert "mkdocs.yml" in listed and "code/01_ddp.py" in listed
+    assert {f"ddp-tutorial/{n}" for n in listed} == names
+    # On a phone the header has no room for it: the navigation drawer lists the page.
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.goto(base_url)
+    page.locator("label.md-header__button[for=__drawer]").click()
+    assert page.locator("nav.md-nav--primary a[href$='repository/']").first.is_visible()
+
+
+@pytest.mark.parametrize("query, step", [("DeepSpeed", "06-deepspeed"), ("SyncBatchNorm", "02-equivalence")])
+def test_search_enter_opens_the_step_page(page, base_url, query, step):
+    """Enter opens the first result: the step's page, not its notebook, nor a code dump."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+    page.set_viewport_size({"width": 1280, "height": 900})
+    page.goto(base_url)
+    search = page.locator(".md-search__input")
+    search.click()
+    first = page.locator(".md-search-result__item").first
+    for _ in range(10):  # typed (Material reads keystrokes); before the search index is ready: again
+        search.press_sequentially(query)
+        try:
+            first.wait_for(timeout=2_000)
+            break
+        except PlaywrightTimeout:
+            search.fill("")
+    assert "Copied!" not in first.inner_text()
+    search.press("Enter")
+    page.wait_for_url(re.compile(re.escape(base_url) + step + "/"), timeout=10_000)

@@ -1,10 +1,15 @@
-"""The site builds strictly, every sbatch file passes shellcheck and is executed somewhere."""
+"""The site builds strictly, every sbatch file passes shellcheck and is executed somewhere, and
+the built pages hold together: links go where they say, titles match the sidebar, the search
+index holds prose, every step page shows its change once."""
 import json
 import re
 import shutil
 import subprocess
 import sys
+import zipfile
+from html.parser import HTMLParser
 from pathlib import Path
+from urllib.parse import urljoin, urlparse
 
 import pytest
 
@@ -36,6 +41,10 @@ def test_mkdocs_hook_fails_on_a_missing_tag(tmp_path):
         mkdocs_hooks.on_page_markdown("<!-- diff code/nope.py code/01_ddp.py -->", Page, Cfg, None)
     out = mkdocs_hooks.on_page_markdown("<!-- diff code/01_single.py code/01_ddp.py -->", Page, Cfg, None)
     assert out.startswith("```diff\n--- code/01_single.py\n+++ code/01_ddp.py")
+    with pytest.raises(SystemExit, match="no such fact"):
+        mkdocs_hooks.on_page_markdown("`<!-- fact nope -->`", Page, Cfg, None)
+    port = mkdocs_hooks.on_page_markdown("`MASTER_PORT=<!-- fact port -->`", Page, Cfg, None)
+    assert port == f"`MASTER_PORT={mkdocs_hooks.facts(ROOT)['port']}`" and "SLURM_JOB_ID" in port
 
 
 @pytest.mark.parametrize("path", SBATCH, ids=lambda p: p.name)
@@ -87,3 +96,203 @@ def test_every_step_has_its_four_files():
         assert list(ROOT.glob(f"notebooks/{n}-*.ipynb")), f"step {n}: no notebook"
         assert list(ROOT.glob(f"code/{n}_*.py")), f"step {n}: no script"
         assert list(ROOT.glob(f"slurm/{n}-*.sbatch")), f"step {n}: no sbatch file"
+
+
+# --- The built site as a reader meets it (issue 16) ------------------------------------------
+
+class _Text(HTMLParser):
+    """Text of the elements a test asks for, outside code; and every heading, link and title."""
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.stack, self.paragraphs, self.headings, self.links = [], [], {}, []
+        self.toc, self.title, self.active, self._buf = [], "", [], {}
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        self.stack.append((tag, attrs))
+        key = len(self.stack)
+        cls = attrs.get("class") or ""
+        if tag == "p" and not self._inside("pre", "code"):
+            self._buf[key] = ("p", [])
+        elif re.fullmatch(r"h[1-6]", tag) and "id" in attrs and self._inside("article"):
+            self._buf[key] = ("h", [attrs["id"]])
+        elif tag == "a" and self._inside("article") and "href" in attrs and "headerlink" not in cls \
+                and "anchor-link" not in cls:
+            self._buf[key] = ("a", [attrs["href"]])
+        elif tag == "a" and "md-nav__link" in cls and self._inside_class("md-nav--secondary") \
+                and attrs.get("href", "").startswith("#"):
+            self._buf[key] = ("toc", [attrs["href"][1:]])
+        elif tag == "title":
+            self._buf[key] = ("title", [])
+        elif "md-nav__link--active" in cls and self._inside_class("md-nav--primary"):
+            self._buf[key] = ("active", [])
+
+    def _inside(self, *tags):
+        return any(t in tags for t, _ in self.stack[:-1])
+
+    def _inside_class(self, cls):
+        return any(cls in (a.get("class") or "") for _, a in self.stack[:-1])
+
+    def handle_endtag(self, tag):
+        while self.stack:
+            key = len(self.stack)
+            open_tag, _ = self.stack.pop()
+            if key in self._buf:
+                kind, parts = self._buf.pop(key)
+                head, text = (parts[0], "".join(parts[1:])) if kind in ("h", "a", "toc") else (None, "".join(parts))
+                text = re.sub(r"\s+", " ", text.replace("¶", "")).strip() if kind != "p" else text
+                if kind == "p":
+                    self.paragraphs.append(text)
+                elif kind == "h":
+                    self.headings[head] = text
+                elif kind == "a":
+                    self.links.append((head, text))
+                elif kind == "toc":
+                    self.toc.append((head, text))
+                elif kind == "title":
+                    self.title = text
+                elif kind == "active":
+                    self.active.append(text)
+            if open_tag == tag:
+                break
+
+    def handle_data(self, data):
+        for kind, parts in self._buf.values():
+            parts.append(data)
+
+
+def built_pages(site_dir):
+    """{url: parsed page} of every page of the site."""
+    pages = {}
+    for path in sorted(site_dir.rglob("index.html")):
+        url = path.parent.relative_to(site_dir).as_posix()
+        parsed = _Text()
+        parsed.feed(path.read_text())
+        pages["" if url == "." else url + "/"] = parsed
+    return pages
+
+
+def test_links_go_to_the_step_they_name(site_dir):
+    """'step 3' goes to step 3, and no step page sends a reader to Home's table of steps instead
+    of to the step it means (issue 16: 'step 3', 'step 6' and 'later' went to Home)."""
+    wrong = []
+    for url, page in built_pages(site_dir).items():
+        for href, text in page.links:
+            target = urljoin("/" + url, href)
+            if urlparse(href).netloc:
+                continue
+            named = re.search(r"\bstep (\d+)\b", text, re.I)
+            if named and not re.match(rf"/(notebooks/)?{int(named.group(1)):02d}-", target):
+                wrong.append(f"{url}: [{text}] -> {target}")
+            if url and target.startswith("/#"):
+                wrong.append(f"{url}: [{text}] -> Home's {target} (link the page it means)")
+    assert not wrong, wrong
+
+
+def test_no_raw_list_markers(site_dir):
+    """A list item that Markdown did not recognise shows up as '- ' inside a paragraph."""
+    raw = [f"{url}: {line.strip()[:80]!r}" for url, page in built_pages(site_dir).items()
+           for p in page.paragraphs for line in p.splitlines() if re.match(r"\s*([-*+]|\d+\.) \S", line)]
+    assert not raw, raw
+
+
+def test_table_of_contents_names_every_heading(site_dir):
+    """Each entry of a page's table of contents reads like the heading it points to (issue 16:
+    step 2's notebook listed '3.' for a heading in code format)."""
+    wrong = []
+    for url, page in built_pages(site_dir).items():
+        for anchor, text in page.toc:
+            if anchor not in page.headings:
+                wrong.append(f"{url}: #{anchor} has no heading")
+            elif text != page.headings[anchor]:
+                wrong.append(f"{url}: {text!r} for the heading {page.headings[anchor]!r}")
+    assert not wrong, wrong
+
+
+def test_titles_and_sidebar_labels_agree(site_dir):
+    """A page's title, its sidebar label, its section's label and its row in Home's table say the
+    same: the page's first heading."""
+    import yaml
+    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text())
+    pages = built_pages(site_dir)
+    first_heading = {}
+    wrong = []
+    for url, page in pages.items():
+        h1 = next(iter(page.headings.values()), "")
+        first_heading[url] = h1
+        if not url or url == "404/":
+            continue
+        if page.title != f"{h1} - {config['site_name']}":
+            wrong.append(f"{url}: <title> {page.title!r}, heading {h1!r}")
+        if page.active and page.active[:1] != [h1]:  # (a page not in the navigation has none)
+            wrong.append(f"{url}: sidebar says {page.active[:1]}, heading {h1!r}")
+
+    def url_of(src):
+        return src[:-3 if src.endswith(".md") else -6] + "/"
+
+    for entry in config["nav"]:
+        (label, value), = entry.items() if isinstance(entry, dict) else [(None, entry)]
+        if isinstance(value, list):  # a section: its label is its first page's heading
+            first = value[0] if isinstance(value[0], str) else next(iter(value[0].values()))
+            if label != first_heading.get(url_of(first)):
+                wrong.append(f"section {label!r} holds {first_heading.get(url_of(first))!r}")
+            wrong += [f"{label}: {e} has its own label" for e in value if isinstance(e, dict)]
+        elif label and value != "index.md":
+            wrong.append(f"{value}: labelled {label!r} in mkdocs.yml")
+    for href, text in pages[""].links:
+        target = urlparse(urljoin("/", href))
+        target = target.path.strip("/") + "/" if not target.fragment else None
+        if target and re.match(r"\d\d-", target) and text != first_heading.get(target):
+            wrong.append(f"Home links {target} as {text!r}, its heading is {first_heading.get(target)!r}")
+    assert not wrong, wrong
+
+
+def test_search_index_holds_prose_not_code(site_dir):
+    """Search results show prose; a search opens the step's page, not its notebook."""
+    docs = json.loads((site_dir / "search" / "search_index.json").read_text())["docs"]
+    assert len(docs) > 20
+    assert not [d["location"] for d in docs if d["location"].startswith("notebooks/")]
+    assert not [d["location"] for d in docs if "<pre>" in d["text"] or "Copied!" in d["text"]]
+    for step in ROOT.glob("docs/[0-9][0-9]-*.md"):
+        assert any(d["location"].startswith(step.stem + "/") for d in docs), step.name
+
+
+def test_header_links_to_the_repository_archive(site_dir):
+    """Every page's header links to the Repository page, which offers every file as a .zip."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    import mkdocs_hooks
+    for path in [site_dir / "index.html", site_dir / "01-ddp" / "index.html"]:
+        header = re.search(r"<header.*?</header>", path.read_text(), re.S).group(0)
+        href = re.search(r'<a href="([^"]+)"[^>]*data-repository-link', header).group(1)
+        assert urljoin("/" + path.parent.relative_to(site_dir).as_posix() + "/", href) in ("/repository/", "//repository/")
+    listed = re.findall(r"<li><code>([^<]+)</code></li>", (site_dir / "repository" / "index.html").read_text())
+    with zipfile.ZipFile(site_dir / mkdocs_hooks.ARCHIVE) as z:
+        assert sorted(z.namelist()) == [f"ddp-tutorial/{n}" for n in listed]  # the page lists the archive
+        assert z.read("ddp-tutorial/mkdocs.yml") == (ROOT / "mkdocs.yml").read_bytes()
+    assert {"README.md", "mkdocs.yml", "code/01_ddp.py", "slurm/01-ddp.sbatch"} <= set(listed)
+
+
+# A step's page shows its script's change once, as a diff from the script it builds on, and the
+# whole script only collapsed. Pages whose script builds on no earlier one, and why:
+STANDALONE = {"10": "a benchmark of the model and input pipelines, not a change to a training script"}
+
+
+@pytest.mark.parametrize("page", sorted(ROOT.glob("docs/[0-9][0-9]-*.md")), ids=lambda p: p.name)
+def test_step_page_shows_its_change_once(page):
+    num, md = page.name[:2], page.read_text()
+    diffs = re.findall(r"^<!-- diff (\S+) (\S+) -->$", md, re.M)
+    if num in STANDALONE:
+        assert not diffs, f"{page.name}: remove it from STANDALONE"
+        script = re.search(rf'--8<-- "(code/{num}_\w+\.py)"', md).group(1)
+    else:
+        assert len(diffs) == 1, f"{page.name}: one diff, from the script the step builds on: {diffs}"
+        (base, script), = diffs
+        assert script.startswith(f"code/{num}_"), f"{page.name}: the diff's new file is this step's script"
+        assert re.match(r"code/(\d\d)_", base) and base[5:7] <= num, f"{page.name}: builds on {base}?"
+        prose = md.replace(f"<!-- diff {base} {script} -->", "")
+        assert f"`{base}`" in prose, f"{page.name}: say in words which file the step builds on (`{base}`)"
+    collapsed = re.search(rf'^\?\?\? note "The whole script: `{re.escape(script)}`"\n\n    ```\w+\n'
+                          rf'    --8<-- "{re.escape(script)}"\n', md, re.M)
+    assert collapsed, f'{page.name}: the whole {script} in a collapsed ??? note "The whole script: `{script}`"'
+    assert md.count(f'--8<-- "{script}"') == 1, f"{page.name}: {script} shown in full more than once"

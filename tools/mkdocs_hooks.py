@@ -1,18 +1,63 @@
-"""MkDocs hook: pages show generated diffs and executed notebook outputs, never pasted copies.
+"""MkDocs hook: pages show generated diffs, executed outputs and facts read from the code.
 
 In a page's Markdown:
     <!-- diff code/01_single.py code/01_ddp.py -->      a unified diff of the two real files
     <!-- output notebooks/01-ddp.ipynb compare -->      the stored outputs of the notebook cell
                                                        tagged `compare` (nbval checks they are
                                                        what the code prints today)
-A missing file, tag or empty output fails the build (mkdocs build --strict in the tests).
+    <!-- fact port -->                                 (inline, also inside `code`) a shared
+                                                       fact read from the file that defines it,
+                                                       see FACTS; tests/test_consistency.py
+                                                       checks that no page states another value
+    <!-- repository -->                               the list of the repository's files, with
+                                                       a link to all of them as one .zip
+A missing file, tag, fact or empty output fails the build (mkdocs build --strict in the tests).
+
+After rendering, every page gets what a reader needs from the built HTML:
+- code blocks are left out of the search index (results show prose, not code dumps);
+- a copy button on a block with `$ ` command lines copies the commands, without the prompt
+  and without the output;
+- notebook pages lose their cell-tag chips, get a table of contents and a title built from
+  their rendered headings (Markdown's own left out headings in `code`), and stay out of the
+  search index, so that a search opens the step's page, not its notebook.
 """
 import difflib
+import html
 import json
 import re
+import stat
+import subprocess
+import zipfile
+from html.parser import HTMLParser
 from pathlib import Path
 
+from mkdocs.structure.toc import get_toc
+
 DIRECTIVE = re.compile(r"^<!-- (diff|output) (\S+) (\S+) -->$", re.M)
+FACT = re.compile(r"<!-- fact ([\w-]+) -->")
+REPOSITORY = re.compile(r"^<!-- repository -->$", re.M)
+ARCHIVE = "ddp-tutorial.zip"  # written next to the site's index.html
+
+# Facts several pages state, each read from the one file that defines it.
+FACTS = {
+    # the global batch every step trains with: step 1's --batch-size default
+    "batch": ("code/01_ddp.py", r'"--batch-size", type=int, default=(\d+)'),
+    # the data set every step trains on: load_dataset's default
+    "dataset": ("code/ddp_helpers.py", r'def load_dataset\(name="(\w+)"'),
+    # the rendezvous port of a multi-node job, derived from the job id
+    "port": ("slurm/05-multinode-torchrun.sbatch", r"^RDZV_PORT=(.+)$"),
+}
+
+
+def facts(root):
+    """{name: value} of FACTS, read from the files now."""
+    out = {}
+    for name, (path, pattern) in FACTS.items():
+        m = re.search(pattern, (Path(root) / path).read_text(), re.M)
+        if not m:
+            raise ValueError(f"fact {name!r}: {pattern!r} not found in {path}")
+        out[name] = m.group(1)
+    return out
 
 
 def _diff(root, a, b):
@@ -42,6 +87,31 @@ def _output(root, notebook, tag):
     return "\n\n".join(parts)
 
 
+def repository_files(root):
+    """The repository's files, as git tracks them (every file when git is not there)."""
+    try:
+        out = subprocess.run(["git", "ls-files", "-z"], cwd=root, capture_output=True, check=True)
+        names = [n for n in out.stdout.decode().split("\0") if n]
+    except (OSError, subprocess.CalledProcessError):
+        skip = {".git", ".venv", "site", "runs", "logs", "data", ".cache", "__pycache__"}
+        names = [p.relative_to(root).as_posix() for p in sorted(root.rglob("*"))
+                 if (p.is_file() or p.is_symlink()) and not skip & set(p.relative_to(root).parts)]
+    return sorted(n for n in names if (root / n).exists() or (root / n).is_symlink())
+
+
+def _repository(root):
+    # raw HTML: the archive is written after the build, MkDocs cannot check a Markdown link to it
+    rows = [f'Everything below in one file: <a href="../{ARCHIVE}" download>{ARCHIVE}</a>.', ""]
+    folder = None
+    for name in repository_files(root):
+        top = name.split("/")[0] if "/" in name else ""
+        if top != folder:
+            folder = top
+            rows += ["", f"**`{folder}/`**" if folder else "**The repository's root**", ""]
+        rows.append(f"- `{name}`")
+    return "\n".join(rows)
+
+
 def on_page_markdown(markdown, page, config, files):
     root = Path(config.config_file_path).parent
 
@@ -52,4 +122,113 @@ def on_page_markdown(markdown, page, config, files):
         except (OSError, ValueError) as e:
             raise SystemExit(f"{page.file.src_path}: {m.group(0)}: {e}")
 
-    return DIRECTIVE.sub(expand, markdown)
+    def fact(m):
+        try:
+            return facts(root)[m.group(1)]
+        except KeyError:
+            raise SystemExit(f"{page.file.src_path}: {m.group(0)}: no such fact, see FACTS in {__file__}")
+
+    markdown = REPOSITORY.sub(lambda m: _repository(root), markdown)
+    return FACT.sub(fact, DIRECTIVE.sub(expand, markdown))
+
+
+# --- after rendering -------------------------------------------------------------------------
+
+CODE_BLOCK = re.compile(r'<div class="([^"]*\bhighlight\b[^"]*)">(<pre>.*?</pre>)</div>', re.S)
+CELL_TAGS = re.compile(r'<div class="celltoolbar">\s*<div class="button_container tags_button_container">'
+                       r'.*?</div>\s*</div>\s*', re.S)
+
+
+def _commands(pre):
+    """The commands of a block's `$ ` lines, without the prompt (continuation lines included)."""
+    text = html.unescape(re.sub(r"<[^>]+>", "", pre))
+    cmds, going_on = [], False
+    for line in text.splitlines():
+        if line.startswith("$ ") or going_on:
+            cmds.append(line[2:] if line.startswith("$ ") and not going_on else line)
+            going_on = line.endswith("\\")
+    return "\n".join(cmds)
+
+
+def _code_block(m):
+    cls, pre = m.groups()
+    extra = " data-search-exclude"  # code in the index made every result a code dump
+    cmds = _commands(pre)
+    if cmds:  # Material's copy button copies the closest data-copy instead of the block's text
+        extra += f' data-copy="{html.escape(cmds)}"'
+    return f'<div class="{cls}"{extra}>{pre}</div>'
+
+
+class _Headings(HTMLParser):
+    """(level, id, inner HTML without the ¶ link, text) of every h1-h3 with an id."""
+
+    def __init__(self, source):
+        super().__init__(convert_charrefs=True)
+        self.found, self._open, self._html, self._text, self._skip = [], None, [], [], 0
+        self._source = source
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag in ("h1", "h2", "h3") and "id" in attrs and self._open is None:
+            self._open, self._html, self._text = (int(tag[1]), attrs["id"]), [], []
+        elif self._open and tag == "a" and "anchor-link" in (attrs.get("class") or ""):
+            self._skip += 1
+        elif self._open and not self._skip:
+            self._html.append(self.get_starttag_text())
+
+    def handle_endtag(self, tag):
+        if self._open and tag == f"h{self._open[0]}":
+            self.found.append((*self._open, "".join(self._html).strip(), "".join(self._text).strip()))
+            self._open = None
+        elif self._open and tag == "a" and self._skip:
+            self._skip -= 1
+        elif self._open and not self._skip:
+            self._html.append(f"</{tag}>")
+
+    def handle_data(self, data):
+        if self._open and not self._skip:
+            self._html.append(html.escape(data, quote=False))
+            self._text.append(data)
+
+
+def _notebook_toc(content):
+    """Title and table of contents from the headings the notebook page really shows."""
+    parser = _Headings(content)
+    parser.feed(content)
+    title, tokens, stack = None, [], []
+    for level, id_, inner, text in parser.found:
+        if level == 1:
+            title = title or text
+        token = {"level": level, "id": id_, "name": inner, "children": []}
+        while stack and stack[-1]["level"] >= level:
+            stack.pop()
+        (stack[-1]["children"] if stack else tokens).append(token)
+        stack.append(token)
+    return title, get_toc(tokens)
+
+
+def on_page_content(content, page, config, files):
+    content = CODE_BLOCK.sub(_code_block, content)
+    if page.file.src_uri.endswith(".ipynb"):
+        content = CELL_TAGS.sub("", content)
+        title, page.toc = _notebook_toc(content)
+        if title:
+            page.title = title
+        page.meta = {**(page.meta or {}), "search": {"exclude": True}}
+    return content
+
+
+def on_post_build(config):
+    """The whole repository as one .zip in the site (the Repository page links to it)."""
+    root = Path(config.config_file_path).parent
+    with zipfile.ZipFile(Path(config.site_dir) / ARCHIVE, "w", zipfile.ZIP_DEFLATED) as z:
+        for name in repository_files(root):
+            path = root / name
+            info = zipfile.ZipInfo(f"ddp-tutorial/{name}", date_time=(2020, 1, 1, 0, 0, 0))
+            if path.is_symlink():  # docs/notebooks -> ../notebooks, restored by unzip
+                info.external_attr = (stat.S_IFLNK | 0o777) << 16
+                z.writestr(info, str(path.readlink()))
+            else:
+                info.external_attr = (stat.S_IFREG | (0o755 if path.stat().st_mode & 0o111 else 0o644)) << 16
+                info.compress_type = zipfile.ZIP_DEFLATED
+                z.writestr(info, path.read_bytes())

@@ -1,0 +1,125 @@
+"""Pages, notebooks, scripts and batch scripts agree on the facts several of them state.
+
+Each fact has one source, the file that defines it (FACTS in tools/mkdocs_hooks.py: the port
+formula of the multi-node batch script, step 1's global batch, load_dataset's default data
+set). Pages can print a fact with `<!-- fact NAME -->`; these tests find every other place
+that states one and fail when it says something else.
+"""
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+from mkdocs_hooks import FACT, facts  # noqa: E402
+
+FACTS = facts(ROOT)
+
+
+def pages():
+    """(name, prose) of every page and every notebook's Markdown cells, facts expanded."""
+    for p in sorted((ROOT / "docs").glob("*.md")):
+        yield p.relative_to(ROOT).as_posix(), FACT.sub(lambda m: FACTS[m.group(1)], p.read_text())
+    for p in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        cells = json.loads(p.read_text())["cells"]
+        yield p.relative_to(ROOT).as_posix(), "\n\n".join(
+            "".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+
+
+def sources():
+    """(name, text) of every file that may state the port formula: pages, notebooks (code and
+    outputs too), batch scripts, scripts, tools and the top-level documents."""
+    yield from pages()
+    for pattern in ["notebooks/*.ipynb", "slurm/*.sbatch", "code/*.py", "tools/*.py", "*.md"]:
+        for p in sorted(ROOT.glob(pattern)):
+            yield p.relative_to(ROOT).as_posix(), p.read_text()
+
+
+def paragraphs(text):
+    return [p for p in re.split(r"\n\s*\n", text) if p.strip()]
+
+
+PORT = re.compile(r"(\d+)\s*\+\s*\$?\{?SLURM_JOB_ID\}?\s*%\s*(\d+)")
+
+
+def test_the_facts_are_read_from_their_sources():
+    assert FACTS["batch"].isdigit() and FACTS["dataset"] and PORT.search(FACTS["port"]), FACTS
+
+
+def test_one_port_formula():
+    """Every port derived from the job id uses the batch script's formula."""
+    want = PORT.search(FACTS["port"]).groups()
+    found = {}
+    for name, text in sources():
+        for m in PORT.finditer(text):
+            found.setdefault(m.groups(), set()).add(name)
+        for m in re.finditer(r"SLURM_JOB_ID\s*%\s*(\d+)", text):  # any other shape of the formula
+            if m.group(1) != want[1]:
+                found.setdefault(("?", m.group(1)), set()).add(name)
+    wrong = {f"{a} + SLURM_JOB_ID % {b}": sorted(names) for (a, b), names in found.items() if (a, b) != want}
+    assert not wrong, f"port formula differs from {FACTS['port']} (slurm/05-multinode-torchrun.sbatch): {wrong}"
+    assert want in found
+
+
+# Phrases that state the tutorial's global batch (step 3's sweep names other global batches
+# as "batch 384 = 4 x 48 x 2", which none of these match).
+BATCH_CLAIMS = [
+    r"\b(?:the )?tutorial'?s (?:global )?batch(?: size)?(?: of| is| =)? (\d+)",
+    r"\bglobal batch(?: size)?(?: of| is| =)? (\d+)",
+    r"\bbatch(?:es)? of (\d+) images",
+    r"\b(\d+),? as in every step",
+    r"\bof the (\d+) images of every batch",
+]
+
+
+def test_one_global_batch_in_the_pages():
+    wrong = []
+    for name, text in pages():
+        for pattern in BATCH_CLAIMS:
+            for m in re.finditer(pattern, text, re.I):
+                if m.group(1) != FACTS["batch"]:
+                    wrong.append(f"{name}: {m.group(0)!r}")
+    assert not wrong, f"the tutorial's global batch is {FACTS['batch']} (code/01_ddp.py): {wrong}"
+
+
+def test_one_global_batch_in_the_scripts():
+    """Every training script's --batch-size (the global batch) and the ds_config default to it."""
+    defaults = {}
+    for p in sorted((ROOT / "code").glob("*.py")):
+        for m in re.finditer(r'"--batch-size",[^)]*?default="?(\d+)', p.read_text()):
+            defaults[p.name] = m.group(1)
+    assert "01_ddp.py" in defaults
+    ds = json.loads((ROOT / "code" / "06_ds_config.json").read_text())
+    defaults["06_ds_config.json"] = str(ds["train_batch_size"])
+    wrong = {k: v for k, v in defaults.items() if v != FACTS["batch"]}
+    assert not wrong, f"global batch {FACTS['batch']} expected: {wrong}"
+
+
+def test_one_data_set():
+    """The scripts train on load_dataset's default, and a page that names another data set
+    says in the same paragraph that it is not the tutorial's (names the tutorial's too)."""
+    literal = [f"{p.name}: {m.group(0)}" for p in sorted((ROOT / "code").glob("*.py"))
+               for m in re.finditer(r'load_dataset\("(\w+)"', p.read_text()) if m.group(1) != FACTS["dataset"]]
+    assert not literal, literal
+    others = {"digits": r"\bMNIST\b|\bCIFAR|\bImageNet\b"}[FACTS["dataset"]]
+    wrong = [f"{name}: {para.strip()[:120]!r}" for name, text in pages() for para in paragraphs(text)
+             if re.search(others, para) and not re.search(rf"\b{FACTS['dataset']}\b", para)]
+    assert not wrong, f"another data set named without saying the tutorial's is {FACTS['dataset']}: {wrong}"
+
+
+@pytest.mark.parametrize("claim, text", [
+    ("port", "MASTER_PORT=$((20000 + SLURM_JOB_ID % 10000))"),
+    ("batch", "the script uses the linear rule from the tutorial's batch of 100."),
+    ("dataset", "1. **DataLoader**: torchvision's `MNIST` class, one PIL image per sample."),
+])
+def test_each_check_fails_on_a_contradiction(monkeypatch, claim, text):
+    """The checks above can fail: each one catches the kind of sentence issue 16 found."""
+    monkeypatch.setattr(sys.modules[__name__], "pages", lambda: iter([("docs/x.md", text)]))
+    monkeypatch.setattr(sys.modules[__name__], "sources", lambda: iter([("docs/x.md", text)]))
+    check = {"port": test_one_port_formula, "batch": test_one_global_batch_in_the_pages,
+             "dataset": test_one_data_set}[claim]
+    with pytest.raises(AssertionError):
+        check()
