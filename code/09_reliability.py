@@ -1,102 +1,159 @@
 """Step 9: training that survives preemption, time limits and lost processes.
 
-Rank 0 checkpoints everything the next epoch depends on at the end of every epoch (write,
-then rename: a crash mid-write leaves the previous checkpoint intact). At start every rank
-loads the checkpoint if there is one, so a requeued job or a restarted torchrun just carries
-on, and ends with the weights of an uninterrupted run: bitwise with 2 processes, up to float
-rounding with more (a new DDP's first all-reduce sums the gradients in another order).
+Slurm warns a job before its time limit (USR1, the signal the batch script asks for) and at
+preemption (SIGTERM). Every rank catches the signal; at the end of the current step the ranks
+agree (an all_reduce of a flag), write one consistent checkpoint in the middle of the epoch,
+and exit with code 3, which tells the batch script to requeue the job. A checkpoint is also
+written at the end of every epoch, for the failures that give no warning (a killed process).
+At start every rank resumes from the checkpoint if there is one, and the run ends with the
+weights of an uninterrupted run: bitwise with 2 processes, up to float rounding with more (a
+new DDP's first all-reduce sums the gradients in another order).
 """
 import argparse
 import hashlib
 import os
-import random
+import signal
 
 import torch
 import torch.distributed as dist
+import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler
 
-from ddp_helpers import (ConvNet, accuracy, assert_replicas_equal, cleanup, load_dataset,
+from ddp_helpers import (ConvNet, accuracy, assert_replicas_equal, cleanup, fail, load_dataset,
                          mean_over_ranks, per_rank_batch, print0, setup_distributed)
 
+STOPPED = 3  # exit code: stopped on a signal, checkpoint written: requeue me
+
 p = argparse.ArgumentParser()
-p.add_argument("--epochs", type=int, default=4)
+p.add_argument("--epochs", type=int, default=10)
 p.add_argument("--batch-size", type=int, default=96, help="global batch, over all ranks")
 p.add_argument("--lr", type=float, default=0.05)
+p.add_argument("--dropout", type=float, default=0.1, help="random numbers that differ per rank")
 p.add_argument("--seed", type=int, default=0)
 p.add_argument("--dataset", default="digits")
 p.add_argument("--data-dir", default="data")
 p.add_argument("--checkpoint", default="runs/09-checkpoint.pt", help="resume from it if it exists")
-p.add_argument("--stop-after", type=int, help="leave after this many epochs (a simulated preemption)")
+p.add_argument("--signal-at", type=int, help="after this many steps the last rank sends itself "
+                                              "USR1 (a preemption you can reproduce)")
 p.add_argument("--save", help="write the trained weights here (rank 0)")
 p.add_argument("--backend", default="auto", choices=["auto", "nccl", "gloo"])
 p.add_argument("--timeout", type=int, default=300, help="seconds before a missing rank is an error")
 args = p.parse_args()
 
+# --8<-- [start:signal]
+stop_signal = None  # set by the handler; the training loop checks it after every step
+
+
+def request_stop(signum, frame):  # Python runs it in the main thread, between two statements
+    global stop_signal
+    stop_signal = signal.Signals(signum).name
+
+
+signal.signal(signal.SIGUSR1, request_stop)  # Slurm's warning: #SBATCH --signal=USR1@120
+signal.signal(signal.SIGTERM, request_stop)  # preemption, the time limit, scancel
+# --8<-- [end:signal]
+
 rank, local_rank, world_size, device = setup_distributed(args.backend, timeout_s=args.timeout)
 batch = per_rank_batch(args.batch_size, world_size)
-torch.manual_seed(args.seed)
+torch.manual_seed(args.seed)  # the same initial weights on every rank
 train, test = load_dataset(args.dataset, args.data_dir)
 sampler = DistributedSampler(train, seed=args.seed)
-loader = DataLoader(train, batch_size=batch, sampler=sampler)
-model = ConvNet(image_size=train[0][0].shape[-1]).to(device)
-model = DDP(model, device_ids=[local_rank] if device.type == "cuda" else None)
+steps = len(sampler) // batch + bool(len(sampler) % batch)  # batches per epoch and rank
+model = ConvNet(image_size=train[0][0].shape[-1])
+model.features.insert(1, nn.Dropout(args.dropout))  # after the first convolution, as in step 2
+model = DDP(model.to(device), device_ids=[local_rank] if device.type == "cuda" else None)
+torch.manual_seed(args.seed + 1000 * rank)  # step 2: after the weights, a generator per rank
+# The loader gets a generator of its own: every new loader iterator draws a number from the
+# generator it is given, the global one by default, and a resumed run starts one more.
+loader_rng = torch.Generator().manual_seed(args.seed + 1000 * rank)
 opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
 sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=args.epochs)
 print0(f"{world_size} processes, backend {dist.get_backend()}, device {device.type}, "
        f"batch {args.batch_size} = {world_size} x {batch}")
 
+
+# --8<-- [start:save]
+def save_checkpoint(epoch, step, loss_sum):
+    """Everything the next step depends on, from every rank, in one file that rank 0 writes."""
+    mine = {"torch_rng": torch.get_rng_state(), "loader_rng": loader_rng.get_state(),
+            "cuda_rng": torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
+            "loss_sum": loss_sum}  # this rank's own random state and loss so far
+    ranks = [None] * world_size if rank == 0 else None
+    dist.gather_object(mine, ranks, dst=0)
+    if rank == 0:  # one writer; the weights are the same on every rank
+        state = {"model": model.module.state_dict(), "optimizer": opt.state_dict(),
+                 "scheduler": sched.state_dict(), "epoch": epoch, "step": step, "history": history,
+                 "world_size": world_size, "batch_size": args.batch_size, "ranks": ranks}
+        torch.save(state, args.checkpoint + ".tmp")
+        os.replace(args.checkpoint + ".tmp", args.checkpoint)  # atomic: old or new, never half
+    dist.barrier()  # nobody runs ahead of a checkpoint that is not written yet
+# --8<-- [end:save]
+
+
 # --8<-- [start:resume]
-start, history = 0, []
+start_epoch, start_step, loss_sum, history = 0, 0, 0.0, []
 if os.path.exists(args.checkpoint):
     # map_location="cpu": tensors saved from cuda:0 would otherwise all land on GPU 0.
     # load_state_dict then copies them to this rank's device.
     ckpt = torch.load(args.checkpoint, map_location="cpu")
+    if (ckpt["world_size"], ckpt["batch_size"]) != (world_size, args.batch_size):
+        fail(f"error: {args.checkpoint} was written by {ckpt['world_size']} processes with batch size "
+             f"{ckpt['batch_size']}; resume it with the same, or start afresh with another --checkpoint")
     model.module.load_state_dict(ckpt["model"])
     opt.load_state_dict(ckpt["optimizer"])  # momentum buffers: without them, not the same run
     sched.load_state_dict(ckpt["scheduler"])
-    sampler.set_epoch(ckpt["sampler_epoch"])
-    torch.set_rng_state(ckpt["rng"]["torch"])
-    if torch.cuda.is_available():
-        torch.cuda.set_rng_state(ckpt["rng"]["cuda"][local_rank])
-    random.setstate(ckpt["rng"]["python"])
-    start, history = ckpt["epoch"], ckpt["history"]
-    print0(f"resumed from {args.checkpoint}: {start} of {args.epochs} epochs done")
+    mine = ckpt["ranks"][rank]  # this rank's own random numbers, not rank 0's
+    torch.set_rng_state(mine["torch_rng"])
+    loader_rng.set_state(mine["loader_rng"])
+    if device.type == "cuda":
+        torch.cuda.set_rng_state(mine["cuda_rng"], device)
+    start_epoch, start_step, loss_sum, history = ckpt["epoch"], ckpt["step"], mine["loss_sum"], ckpt["history"]
+    print0(f"resumed from {args.checkpoint}: epoch {start_epoch}, {start_step} of {steps} batches done")
 # --8<-- [end:resume]
 
-for epoch in range(start, args.epochs):
+last_mask = {}  # this rank's dropout mask of the last step: checked at the end
+model.module.features[1].register_forward_hook(lambda m, inputs, out: last_mask.update(m=out == 0))
+for epoch in range(start_epoch, args.epochs):
     sampler.set_epoch(epoch)
-    total = 0.0
-    for x, y in loader:
+    # --8<-- [start:loop]
+    # The data position: this epoch's indices for this rank, minus the batches already done.
+    rest = list(sampler)[start_step * batch:]
+    loader = DataLoader(train, batch_size=batch, sampler=rest, generator=loader_rng)
+    for step, (x, y) in enumerate(loader, start=start_step):
         x, y = x.to(device), y.to(device)
         loss = F.cross_entropy(model(x), y)
         opt.zero_grad()
         loss.backward()
         opt.step()
-        total += loss.item()
+        loss_sum += loss.item()
+        if args.signal_at == epoch * steps + step + 1 and rank == world_size - 1:
+            os.kill(os.getpid(), signal.SIGUSR1)  # only this rank gets it: the others must learn it
+        # Each rank may get the signal at another moment: all stop at the same step if any got it.
+        stop = torch.tensor(float(stop_signal is not None), device=device)
+        dist.all_reduce(stop, op=dist.ReduceOp.MAX)
+        if stop.item():
+            save_checkpoint(epoch, step + 1, loss_sum)
+            print0(f"stopped in epoch {epoch} after batch {step + 1} of {steps} on a signal "
+                   f"({stop_signal or 'from another rank'}): checkpoint written, exit code {STOPPED}")
+            cleanup(exit_code=STOPPED)
+    # --8<-- [end:loop]
     sched.step()
-    history.append(round(mean_over_ranks(total / len(loader)), 4))  # a collective: all ranks
-    # --8<-- [start:save]
-    if rank == 0:  # one writer; the weights are the same on every rank
-        cuda_rng = [torch.cuda.get_rng_state(i) for i in range(torch.cuda.device_count())]
-        state = {"model": model.module.state_dict(), "optimizer": opt.state_dict(),
-                 "scheduler": sched.state_dict(), "epoch": epoch + 1, "sampler_epoch": epoch + 1,
-                 "history": history, "rng": {"torch": torch.get_rng_state(), "cuda": cuda_rng,
-                                             "python": random.getstate()}}
-        torch.save(state, args.checkpoint + ".tmp")
-        os.replace(args.checkpoint + ".tmp", args.checkpoint)  # atomic: old or new, never half
-    dist.barrier()  # nobody runs ahead of a checkpoint that is not written yet
-    # --8<-- [end:save]
-    if args.stop_after is not None and epoch + 1 == args.stop_after:
-        print0(f"stopping after epoch {epoch} (checkpoint written)")
-        cleanup()
+    history.append(round(mean_over_ranks(loss_sum / steps), 4))  # a collective: all ranks
+    start_step, loss_sum = 0, 0.0
+    save_checkpoint(epoch + 1, 0, 0.0)  # the end of an epoch: for failures without a warning
 
 assert_replicas_equal(model)
+masks = [None] * world_size  # (none when a finished run is started again: it trains nothing)
+mine = hashlib.sha256(last_mask["m"].cpu().numpy().tobytes()).hexdigest()[:8] if last_mask else "-"
+dist.all_gather_object(masks, mine)
+assert world_size == 1 or not last_mask or len(set(masks)) == world_size, f"ranks share dropout masks: {masks}"
 if rank == 0:
     # The full history comes from the checkpoint, so a resumed run prints the same lines.
     for epoch, loss in enumerate(history):
         print(f"epoch {epoch} loss {loss:.4f}")
+    print(f"last dropout masks, one per rank: {' '.join(masks)}")
     weights = b"".join(p.detach().cpu().numpy().tobytes() for p in model.module.parameters())
     print(f"weights sha256 {hashlib.sha256(weights).hexdigest()[:16]}")
     print(f"test accuracy {accuracy(model.module, test, device):.4f}")
