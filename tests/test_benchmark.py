@@ -22,5 +22,10 @@ def test_ddp_scaling_mode_smoke(tmp_path):
 def test_committed_results_are_complete():
     for f in ROOT.glob("benchmarks/*.json"):
         rep = json.loads(f.read_text())
+        if "experiment" in rep:  # step 9's counted trials (code/09_trials.py)
+            assert rep["torch"] and rep["counts"], f
+            for condition, counts in rep["counts"].items():
+                assert sum(counts.values()) >= 10, f"{f}: {condition}: fewer than 10 trials"
+            continue
         assert not rep["smoke"], f"{f}: smoke results are not measurements"
         assert rep["device"] and rep["torch"] and rep["results"], f

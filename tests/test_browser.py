@@ -13,6 +13,7 @@ import io
 import json
 import re
 import shutil
+import sys
 import threading
 import urllib.request
 import zipfile
@@ -39,8 +40,13 @@ def base_url(site_dir):
         def log_message(self, *args):
             pass
 
+    class Server(http.server.ThreadingHTTPServer):
+        def handle_error(self, request, client_address):
+            if not isinstance(sys.exc_info()[1], ConnectionError):  # (the browser left a page early)
+                super().handle_error(request, client_address)
+
     handler = functools.partial(Quiet, directory=str(site_dir))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server = Server(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{server.server_address[1]}/"
     server.shutdown()
@@ -181,6 +187,8 @@ LAYOUT_JS = """() => {
   }
   // No word of the title, of the headings or of a code or output line split across two lines.
   for (const e of all("h1, h2, h3, pre")) {
+    const ws = getComputedStyle(e).whiteSpace;  // (a pre that does not wrap needs no word check)
+    if (e.tagName === "PRE" && (ws === "pre" || ws === "nowrap")) continue;
     const walker = document.createTreeWalker(e, NodeFilter.SHOW_TEXT);
     for (let n = walker.nextNode(); n; n = walker.nextNode()) {
       for (const m of n.data.matchAll(/\\S+/g)) {
