@@ -210,6 +210,9 @@ JobAcctGatherType=jobacct_gather/linux
 JobAcctGatherFrequency=task=5
 SchedulerParameters=batch_sched_delay=0,sched_min_interval=0,bf_interval=1,sched_interval=2
 MinJobAge=4
+# Job ids only grow, as on a real cluster, also across restarts of the replica (from the clock):
+# a new job never meets the logs/ and runs/ files that an earlier job with its id left behind.
+FirstJobId={100_000 + int(time.time()) % 890_000}
 ReturnToService=2
 SlurmdParameters=config_overrides
 GresTypes=gpu
