@@ -6,7 +6,8 @@ import os
 import socket
 
 if "RANK" in os.environ:  # started by torchrun
-    print(f"probe: rank {os.environ['RANK']} of {os.environ['WORLD_SIZE']} on {socket.gethostname()}"
-          f" (torchrun, local rank {os.environ['LOCAL_RANK']})", flush=True)
+    line = (f"probe: rank {os.environ['RANK']} of {os.environ['WORLD_SIZE']} on {socket.gethostname()}"
+            f" (torchrun, local rank {os.environ['LOCAL_RANK']})\n")
 else:  # one task per GPU, started by srun (Lightning's pattern)
-    print(f"probe: task {os.environ['SLURM_PROCID']} of {os.environ['SLURM_NTASKS']} on {socket.gethostname()}", flush=True)
+    line = f"probe: task {os.environ['SLURM_PROCID']} of {os.environ['SLURM_NTASKS']} on {socket.gethostname()}\n"
+os.write(1, line.encode())  # one write per line: lines of processes sharing the output never mix
