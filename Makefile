@@ -26,10 +26,9 @@ system-deps:
 	bash tools/install-system-deps.sh
 
 # pytest (helpers) + nbval strict (every notebook) + mkdocs build --strict + shellcheck +
-# every slurm/*.sbatch on the local Slurm cluster, which the run starts and stops; the tests that
-# need no cluster run beside it in a second pytest process (tools/run-tests.sh).
+# every slurm/*.sbatch on the local 2-node Slurm cluster, which the run starts and stops.
 test: install system-deps
-	bash tools/run-tests.sh
+	$(PY) -m pytest
 
 cluster-start: install system-deps
 	$(PY) tools/local_slurm.py start

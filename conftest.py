@@ -16,28 +16,9 @@ import local_slurm  # noqa: E402
 _started = False
 
 
-def pytest_addoption(parser):
-    parser.addoption("--part", choices=["cluster", "local"], default=None,
-                     help="cluster: only the notebooks and the tests that use the practice cluster "
-                          "(it starts and stops it); local: only the tests that need no cluster. "
-                          "`make test` runs both parts at once; without --part, everything runs in order.")
-
-
-def _uses_cluster(item):
-    return item.path.suffix == ".ipynb" or "cluster" in getattr(item, "fixturenames", ())
-
-
-def pytest_collection_modifyitems(config, items):
-    part = config.getoption("--part")
-    if part:
-        keep = [i for i in items if _uses_cluster(i) == (part == "cluster")]
-        config.hook.pytest_deselected(items=[i for i in items if i not in keep])
-        items[:] = keep
-
-
 def pytest_sessionstart(session):
     global _started
-    if os.environ.get("LOCAL_SLURM") == "off" or session.config.getoption("--part") == "local":
+    if os.environ.get("LOCAL_SLURM") == "off":
         return
     try:
         was_running = local_slurm.running()
