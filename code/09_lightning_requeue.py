@@ -5,7 +5,6 @@ and rank 0 runs `scontrol requeue $SLURM_JOB_ID`. When the requeued job starts, 
 newest hpc_ckpt and resumes from it. Step 7's script otherwise.
 """
 import argparse
-import hashlib
 import logging
 import signal
 import warnings
@@ -18,7 +17,8 @@ from lightning.pytorch.plugins.environments import SLURMEnvironment
 from lightning.pytorch.strategies import DDPStrategy
 from torch.utils.data import DataLoader
 
-from ddp_helpers import ConvNet, accuracy, assert_replicas_equal, cleanup, load_dataset, per_rank_batch
+from ddp_helpers import (ConvNet, accuracy, assert_replicas_equal, cleanup, load_dataset, per_rank_batch,
+                         weights_fingerprint)
 
 for name in ("lightning.pytorch", "lightning.fabric"):  # quiet, as in step 7
     logging.getLogger(name).setLevel(logging.WARNING)
@@ -75,8 +75,7 @@ lit.to(trainer.strategy.root_device)
 
 assert_replicas_equal(lit.model)
 if trainer.is_global_zero:
-    weights = b"".join(p.detach().cpu().numpy().tobytes() for p in lit.model.parameters())
-    print(f"weights sha256 {hashlib.sha256(weights).hexdigest()[:16]}")
+    print(f"weights sha256 {weights_fingerprint(lit.model)}")
     print(f"test accuracy {accuracy(lit.model, test, lit.device):.4f}")
     if args.save:
         torch.save(lit.model.state_dict(), args.save)

@@ -22,7 +22,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler
 
 from ddp_helpers import (ConvNet, accuracy, assert_replicas_equal, cleanup, fail, load_dataset,
-                         mean_over_ranks, per_rank_batch, print0, setup_distributed)
+                         mean_over_ranks, per_rank_batch, print0, setup_distributed, weights_fingerprint)
 
 STOPPED = 3  # exit code: stopped on a signal, checkpoint written: requeue me
 
@@ -154,8 +154,7 @@ if rank == 0:
     for epoch, loss in enumerate(history):
         print(f"epoch {epoch} loss {loss:.4f}")
     print(f"last dropout masks, one per rank: {' '.join(masks)}")
-    weights = b"".join(p.detach().cpu().numpy().tobytes() for p in model.module.parameters())
-    print(f"weights sha256 {hashlib.sha256(weights).hexdigest()[:16]}")
+    print(f"weights sha256 {weights_fingerprint(model.module)}")
     print(f"test accuracy {accuracy(model.module, test, device):.4f}")
     if args.save:
         torch.save(model.module.state_dict(), args.save)

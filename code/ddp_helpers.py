@@ -4,6 +4,7 @@ Scripts import it as `from ddp_helpers import ...`; it sits next to them in code
 """
 import atexit
 import contextlib
+import hashlib
 import importlib.util
 import os
 import re
@@ -237,6 +238,13 @@ def assert_replicas_equal(model):
         p0 = p.detach().clone()
         dist.broadcast(p0, src=0)
         assert torch.equal(p0, p.detach()), f"rank {dist.get_rank()}: {name} differs from rank 0"
+
+
+def weights_fingerprint(model):
+    """The first 16 hex digits of the SHA-256 of the parameters' bytes: equal only for bitwise equal
+    weights, short enough to compare two runs by eye (step 9)."""
+    weights = b"".join(p.detach().cpu().numpy().tobytes() for p in model.parameters())
+    return hashlib.sha256(weights).hexdigest()[:16]
 
 
 def print0(*args, **kwargs):
