@@ -102,9 +102,13 @@ def setup_distributed(backend="auto", timeout_s=300):
     if backend == "auto":
         backend = "nccl" if torch.cuda.is_available() else "gloo"
     if backend == "nccl":
-        if torch.cuda.device_count() <= local_rank:
+        gpus = torch.cuda.device_count()
+        if gpus == 0:  # the same line from every rank, so the error reads the same each run
+            raise SystemExit("error: backend nccl needs GPUs, but this node has none visible: "
+                             "use gloo on CPU nodes")
+        if gpus <= local_rank:
             raise SystemExit(f"error: backend nccl needs a GPU for local rank {local_rank}, but "
-                             f"{torch.cuda.device_count()} are visible: use gloo on CPU nodes")
+                             f"only {gpus} are visible: start at most {gpus} processes per node")
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)  # else every rank allocates on GPU 0
     else:

@@ -89,7 +89,7 @@ def test_without_launcher_says_how_to_launch():
 def test_nccl_without_gpus_is_a_clear_error():
     r = _setup_in_subprocess({**os.environ, "LOCAL_RANK": "0", "RANK": "0", "WORLD_SIZE": "1"}, backend="nccl")
     assert r.returncode == 1
-    assert "backend nccl needs a GPU for local rank 0, but 0 are visible: use gloo" in r.stderr
+    assert "error: backend nccl needs GPUs, but this node has none visible: use gloo on CPU nodes" in r.stderr
 
 
 def test_print0_without_process_group(capsys):
