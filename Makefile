@@ -11,7 +11,10 @@ PORT ?= 8000
 
 $(VENV)/.installed: requirements.txt constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --disable-pip-version-check -q -r requirements.txt -c constraints.txt
+	$(PY) -m pip install --disable-pip-version-check -q --no-compile -r requirements.txt -c constraints.txt
+	@# The bytecode cache, built on every core (pip builds it on one). torch ships one file for
+	@# Python 3.12 only (torch/testing/_internal/py312_intrinsics.py): pip skips it quietly, so do we.
+	$(PY) -m compileall -qq -j 0 $(VENV)/lib || true
 	touch $@
 
 install: $(VENV)/.installed
