@@ -32,7 +32,7 @@ def show(n):
 
 
 p = argparse.ArgumentParser()
-p.add_argument("--sizes", help="message sizes, e.g. 8K,1M,64M (default: 8K,1M,32M on CPU; "
+p.add_argument("--sizes", help="message sizes, e.g. 8K,1M,64M (default: 8K,1M,4M on CPU, "
                "8K,1M,64M,1G on GPUs, where the bandwidth needs large messages)")
 p.add_argument("--iters", type=int, default=5, help="timed all_reduces per size")
 p.add_argument("--backend", default="auto", choices=["auto", "nccl", "gloo"])
@@ -46,7 +46,7 @@ if "RANK" not in os.environ and "SLURM_PROCID" in os.environ:
     os.environ.update(RANK=os.environ["SLURM_PROCID"], WORLD_SIZE=os.environ["SLURM_NTASKS"],
                       LOCAL_RANK=os.environ["SLURM_LOCALID"])
 rank, local_rank, world_size, device = setup_distributed(args.backend, timeout_s=args.timeout)
-sizes = sizes or [parse_size(s) for s in ("8K,1M,64M,1G" if device.type == "cuda" else "8K,1M,32M").split(",")]
+sizes = sizes or [parse_size(s) for s in ("8K,1M,64M,1G" if device.type == "cuda" else "8K,1M,4M").split(",")]
 
 # Which rank runs on which node; nodes numbered in order of their first rank.
 hosts = [None] * world_size
