@@ -69,4 +69,5 @@ if rank == 0:  # every process holds the same model: evaluate and save it once, 
     print(f"test accuracy {accuracy:.4f}")
     if args.save:
         torch.save(model.module.state_dict(), args.save)
+dist.barrier()  # leave together: rank 1 must not exit while rank 0 still evaluates and saves
 dist.destroy_process_group()
