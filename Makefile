@@ -7,7 +7,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PORT ?= 8000
 
-.PHONY: site build test install system-deps cluster-start cluster-stop clean
+.PHONY: site build test install system-deps cluster-start cluster-stop clean gpu-check
 
 $(VENV)/.installed: requirements.txt constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +38,11 @@ cluster-start: install system-deps
 
 cluster-stop:
 	$(PY) tools/local_slurm.py stop
+
+# On a GPU machine, with its own Python and torch (no venv): every step's script on nccl + CUDA and
+# step 10's ladder -> benchmarks/gpu-<device>.json. ARGS: --list, --only NAME,..., --missing (issue 27).
+gpu-check:
+	$(PYTHON) tools/gpu_check.py $(ARGS)
 
 clean:
 	rm -rf site runs logs

@@ -11,6 +11,11 @@ In a page's Markdown:
                                                        checks that no page states another value
     <!-- repository -->                               the list of the repository's files, with
                                                        a link to all of them as one .zip
+    <!-- gpu-status 01 -->                             whether `make gpu-check` (tools/gpu_check.py)
+                                                       ran step 01's scripts on a GPU: device, date,
+                                                       what passed and failed, read from
+                                                       benchmarks/gpu-*.json; "not yet measured"
+                                                       while no such file exists
 A missing file, tag, fact or empty output fails the build (mkdocs build --strict in the tests).
 
 After rendering, every page gets what a reader needs from the built HTML:
@@ -36,6 +41,7 @@ from mkdocs.structure.toc import get_toc
 DIRECTIVE = re.compile(r"^<!-- (diff|output) (\S+) (\S+) -->$", re.M)
 FACT = re.compile(r"<!-- fact ([\w-]+) -->")
 REPOSITORY = re.compile(r"^<!-- repository -->$", re.M)
+GPU_STATUS = re.compile(r"^<!-- gpu-status (\w+) -->$", re.M)
 ARCHIVE = "ddp-tutorial.zip"  # written next to the site's index.html
 
 # Facts several pages state, each read from the one file that defines it.
@@ -112,6 +118,47 @@ def _repository(root):
     return "\n".join(rows)
 
 
+def gpu_status(root, step, results=None):
+    """An admonition: did `make gpu-check` run this step's scripts on a GPU, and did they pass?
+
+    `results`: the results files (default benchmarks/gpu-*.json, smoke runs left out). Without
+    one, or without an entry of this step in them, the honest 'not yet measured'."""
+    results = sorted(Path(root).glob("benchmarks/gpu-*.json")) if results is None else results
+    blocks = []
+    for path in results:
+        rep = json.loads(Path(path).read_text())
+        entries = [e for e in rep.get("entries", []) if e.get("step") == step]
+        if rep.get("smoke") or not entries:
+            continue
+        by = {s: [e for e in entries if e["status"] == s] for s in ("pass", "fail", "skip")}
+        names = lambda es: ", ".join(f"`{e['name']}`" for e in es)  # noqa: E731
+        why = lambda es: "; ".join(f"`{e['name']}`: {e['reason'].replace('`', '')[:200]}" for e in es)  # noqa: E731
+        date = max(e["date"] for e in entries)
+        where = (f"{rep['device']} ({rep['gpus']} GPU{'s' * (rep['gpus'] != 1)}, driver {rep['driver']}, "
+                 f"torch {rep['torch']})")
+        if by["fail"]:
+            title = f"GPU check on {rep['device']}, {date}: {len(by['pass'])} of {len(entries)} paths passed"
+            body = [f"`make gpu-check` ran this step's scripts on {where}. Failed: {why(by['fail'])}."]
+            kind = "warning"
+        elif by["pass"]:
+            title, kind = f"Ran on a GPU: {rep['device']}, {date}", "success"
+            body = [f"`make gpu-check` ran this step's scripts on {where}, with nccl and CUDA: "
+                    f"{names(by['pass'])} passed."]
+        else:
+            title, kind = "GPU results: not yet measured", "note"
+            body = [f"`make gpu-check` on {where} skipped this step's scripts."]
+        if by["skip"]:
+            body.append(f"Not run there: {why(by['skip'])}.")
+        body.append(f"Every figure with its command: `benchmarks/{Path(path).name}`. The scripts' outputs "
+                    f"shown on this page come from the CPU runs that the tests repeat.")
+        blocks.append(f'!!! {kind} "{title}"\n\n    ' + " ".join(body))
+    if not blocks:
+        return ('!!! note "GPU results: not yet measured"\n\n    No GPU has run this step\'s scripts yet: '
+                "every output on this page comes from CPU runs (gloo). One command runs them on a GPU "
+                "machine: [`make gpu-check`](10-performance.md#check-every-gpu-path).")
+    return "\n\n".join(blocks)
+
+
 def on_page_markdown(markdown, page, config, files):
     root = Path(config.config_file_path).parent
 
@@ -129,6 +176,7 @@ def on_page_markdown(markdown, page, config, files):
             raise SystemExit(f"{page.file.src_path}: {m.group(0)}: no such fact, see FACTS in {__file__}")
 
     markdown = REPOSITORY.sub(lambda m: _repository(root), markdown)
+    markdown = GPU_STATUS.sub(lambda m: gpu_status(root, m.group(1)), markdown)
     return FACT.sub(fact, DIRECTIVE.sub(expand, markdown))
 
 
