@@ -1,6 +1,8 @@
 """Step 4: step 1's DDP training, with data prepared once before every rank reads it, per-rank
 worker seeds and an evaluation that counts every test image exactly once. Start it with torchrun or srun."""
 import argparse
+import time
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -8,7 +10,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler, Subset
 
-from ddp_helpers import (ConvNet, accuracy, assert_replicas_equal, cleanup, load_dataset,
+from ddp_helpers import (ConvNet, accuracy, assert_replicas_equal, cleanup, fail, load_dataset,
                          mean_over_ranks, per_rank_batch, print0, setup_distributed)
 
 p = argparse.ArgumentParser()
@@ -21,19 +23,34 @@ p.add_argument("--data-dir", default="data")
 p.add_argument("--num-workers", type=int, default=0, help="DataLoader worker processes per rank")
 p.add_argument("--save", help="write the trained weights here (rank 0)")
 p.add_argument("--backend", default="auto", choices=["auto", "nccl", "gloo"])
+p.add_argument("--timeout", type=int, default=300, help="seconds any collective may wait")
+p.add_argument("--prepare-wait", type=int, default=3600,
+               help="seconds the ranks wait for the data preparation (0: --timeout, as any collective)")
+p.add_argument("--slow-prepare", type=float, default=0, help="seconds rank 0's preparation sleeps "
+                                                              "(a large data set to unpack)")
 args = p.parse_args()
 if args.num_workers < 0:
     raise SystemExit(f"error: --num-workers must be 0 or more, not {args.num_workers}")
 
-rank, local_rank, world_size, device = setup_distributed(args.backend)
+rank, local_rank, world_size, device = setup_distributed(args.backend, timeout_s=args.timeout)
 batch = per_rank_batch(args.batch_size, world_size)
 torch.manual_seed(args.seed)  # the same initial weights on every rank (DDP also broadcasts them)
 # --8<-- [start:data]
 # --data-dir is shared by all nodes: one process of the whole job checks/unpacks the data first
 # (a copy to each node's local disk would be local_rank == 0, into a folder only that node sees) ...
+# The others wait at a barrier. The process group's timeout bounds *every* collective, this
+# barrier too: a wait longer than that (unpacking a real data set) gets a group of its own.
+waiting = dist.new_group(backend="gloo", timeout=timedelta(seconds=args.prepare_wait)) \
+    if args.prepare_wait else None  # gloo: a barrier on the CPU, whatever the training uses
 if rank == 0:
     load_dataset(args.dataset, args.data_dir)
-dist.barrier()  # ... the others wait here, then every rank reads the prepared files
+    time.sleep(args.slow_prepare)
+try:
+    dist.barrier(group=waiting)  # ... then every rank reads the prepared files
+except (RuntimeError, dist.DistError):
+    fail(f"error: the wait for rank 0's data preparation ended after "
+         f"{args.prepare_wait or args.timeout} s: the process group's timeout (--timeout) bounds every "
+         f"collective, not only the start; wait in a group with a longer timeout (--prepare-wait)")
 train, test = load_dataset(args.dataset, args.data_dir)
 sampler = DistributedSampler(train, seed=args.seed)  # each rank reads its own 1/world_size
 # Worker processes seed their RNGs from this generator: a per-rank seed, so random

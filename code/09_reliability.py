@@ -2,8 +2,9 @@
 
 Slurm warns a job before its time limit (USR1, the signal the batch script asks for) and at
 preemption (SIGTERM). Every rank catches the signal; at the end of the current step the ranks
-agree (an all_reduce of a flag), write one consistent checkpoint in the middle of the epoch,
-and exit with code 3, which tells the batch script to requeue the job. A checkpoint is also
+agree (an all_reduce of a flag), write one consistent checkpoint in the middle of the epoch
+and a marker beside it, and exit with code 3; the batch script requeues the job when it finds
+the marker. Slurm signals every process of the step, loader workers too: they ignore it. A checkpoint is also
 written at the end of every epoch, for the failures that give no warning (a killed process).
 At start every rank resumes from the checkpoint if there is one, and the run ends with the
 weights of an uninterrupted run: bitwise with 2 processes, up to float rounding with more (a
@@ -13,6 +14,8 @@ import argparse
 import hashlib
 import os
 import signal
+import subprocess
+import time
 
 import torch
 import torch.distributed as dist
@@ -21,8 +24,9 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler
 
-from ddp_helpers import (ConvNet, accuracy, assert_replicas_equal, cleanup, fail, load_dataset,
-                         mean_over_ranks, per_rank_batch, print0, setup_distributed, weights_fingerprint)
+from ddp_helpers import (ConvNet, accuracy, assert_replicas_equal, cleanup, fail, ignore_stop_signals,
+                         load_dataset, mean_over_ranks, per_rank_batch, print0, setup_distributed,
+                         stop_signals_blocked, weights_fingerprint)
 
 STOPPED = 3  # exit code: stopped on a signal, checkpoint written: requeue me
 
@@ -35,12 +39,18 @@ p.add_argument("--seed", type=int, default=0)
 p.add_argument("--dataset", default="digits")
 p.add_argument("--data-dir", default="data")
 p.add_argument("--checkpoint", default="runs/09-checkpoint.pt", help="resume from it if it exists")
-p.add_argument("--signal-at", type=int, help="after this many steps the last rank sends itself "
-                                              "USR1 (a preemption you can reproduce)")
+p.add_argument("--workers", type=int, default=2, help="DataLoader worker processes per rank")
+p.add_argument("--worker-signals", default="ignore", choices=["ignore", "default"],
+               help="default: workers keep PyTorch's handlers and die of SIGTERM (the pitfall)")
+p.add_argument("--signal-at", type=int, help="after this many steps the last rank sends the signal to "
+                                              "itself and its loader workers (a preemption you can reproduce)")
+p.add_argument("--send", default="USR1", choices=["USR1", "TERM"], help="the signal --signal-at sends")
 p.add_argument("--save", help="write the trained weights here (rank 0)")
 p.add_argument("--backend", default="auto", choices=["auto", "nccl", "gloo"])
 p.add_argument("--timeout", type=int, default=300, help="seconds before a missing rank is an error")
 args = p.parse_args()
+os.makedirs(os.path.dirname(args.checkpoint) or ".", exist_ok=True)
+requeue_marker = args.checkpoint + ".requeue"  # "stopped on a signal, checkpoint written": requeue
 
 # --8<-- [start:signal]
 stop_signal = None  # set by the handler; the training loop checks it after every step
@@ -54,6 +64,21 @@ def request_stop(signum, frame):  # Python runs it in the main thread, between t
 signal.signal(signal.SIGUSR1, request_stop)  # Slurm's warning: #SBATCH --signal=USR1@120
 signal.signal(signal.SIGTERM, request_stop)  # preemption, the time limit, scancel
 # --8<-- [end:signal]
+
+
+def signal_me_and_my_workers(name):
+    """As Slurm signals a step: this process and its children (the loader workers), at once and
+    from another process (a worker that gets SIGTERM from its parent just exits)."""
+    pids = [str(os.getpid())]
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1] == pids[0]:
+                pids.append(pid)  # its parent is this process
+        except OSError:
+            pass
+    subprocess.run(["kill", f"-{name}", *pids], check=True)
+    time.sleep(0.5)  # the rest of a real step: Slurm's signal lands while the step computes
+
 
 rank, local_rank, world_size, device = setup_distributed(args.backend, timeout_s=args.timeout)
 batch = per_rank_batch(args.batch_size, world_size)
@@ -86,7 +111,10 @@ def save_checkpoint(epoch, step, loss_sum):
         state = {"model": model.module.state_dict(), "optimizer": opt.state_dict(),
                  "scheduler": sched.state_dict(), "epoch": epoch, "step": step, "history": history,
                  "world_size": world_size, "batch_size": args.batch_size, "ranks": ranks}
-        torch.save(state, args.checkpoint + ".tmp")
+        with open(args.checkpoint + ".tmp", "wb") as f:
+            torch.save(state, f)
+            f.flush()
+            os.fsync(f.fileno())  # on disk before the rename: a node that dies now keeps either file
         os.replace(args.checkpoint + ".tmp", args.checkpoint)  # atomic: old or new, never half
     dist.barrier()  # nobody runs ahead of a checkpoint that is not written yet
 # --8<-- [end:save]
@@ -94,6 +122,8 @@ def save_checkpoint(epoch, step, loss_sum):
 
 # --8<-- [start:resume]
 start_epoch, start_step, loss_sum, history = 0, 0, 0.0, []
+if rank == 0 and os.path.exists(requeue_marker):
+    os.remove(requeue_marker)  # this run decides anew whether the job goes back in the queue
 if os.path.exists(args.checkpoint):
     # map_location="cpu": tensors saved from cuda:0 would otherwise all land on GPU 0.
     # load_state_dict then copies them to this rank's device.
@@ -115,13 +145,18 @@ if os.path.exists(args.checkpoint):
 
 last_mask = {}  # this rank's dropout mask of the last step: checked at the end
 model.module.features[1].register_forward_hook(lambda m, inputs, out: last_mask.update(m=out == 0))
+stopped = False
 for epoch in range(start_epoch, args.epochs):
     sampler.set_epoch(epoch)
     # --8<-- [start:loop]
     # The data position: this epoch's indices for this rank, minus the batches already done.
     rest = list(sampler)[start_step * batch:]
-    loader = DataLoader(train, batch_size=batch, sampler=rest, generator=loader_rng)
-    for step, (x, y) in enumerate(loader, start=start_step):
+    ignore = args.worker_signals == "ignore"  # the workers must outlive Slurm's signals
+    loader = DataLoader(train, batch_size=batch, sampler=rest, generator=loader_rng,
+                        num_workers=args.workers, worker_init_fn=ignore_stop_signals if ignore else None)
+    with stop_signals_blocked(ignore):  # the workers start here
+        batches = iter(loader)
+    for step, (x, y) in enumerate(batches, start=start_step):
         x, y = x.to(device), y.to(device)
         loss = F.cross_entropy(model(x), y)
         opt.zero_grad()
@@ -129,15 +164,22 @@ for epoch in range(start_epoch, args.epochs):
         opt.step()
         loss_sum += loss.item()
         if args.signal_at == epoch * steps + step + 1 and rank == world_size - 1:
-            os.kill(os.getpid(), signal.SIGUSR1)  # only this rank gets it: the others must learn it
+            signal_me_and_my_workers(args.send)  # one rank: the others must learn it
         # Each rank may get the signal at another moment: all stop at the same step if any got it.
         stop = torch.tensor(float(stop_signal is not None), device=device)
         dist.all_reduce(stop, op=dist.ReduceOp.MAX)
         if stop.item():
-            save_checkpoint(epoch, step + 1, loss_sum)
-            print0(f"stopped in epoch {epoch} after batch {step + 1} of {steps} on a signal "
-                   f"({stop_signal or 'from another rank'}): checkpoint written, exit code {STOPPED}")
-            cleanup(exit_code=STOPPED)
+            stopped = True
+            break
+    del batches  # ends this epoch's loader workers (they ignore SIGTERM)
+    if stopped:
+        save_checkpoint(epoch, step + 1, loss_sum)
+        if rank == 0:  # after the checkpoint: the marker promises that it exists
+            with open(requeue_marker, "w") as f:
+                f.write(f"stopped in epoch {epoch} after batch {step + 1} ({stop_signal or 'another rank'})\n")
+        print0(f"stopped in epoch {epoch} after batch {step + 1} of {steps} on a signal "
+               f"({stop_signal or 'from another rank'}): checkpoint written, exit code {STOPPED}")
+        cleanup(exit_code=STOPPED)
     # --8<-- [end:loop]
     sched.step()
     history.append(round(mean_over_ranks(loss_sum / steps), 4))  # a collective: all ranks

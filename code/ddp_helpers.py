@@ -8,6 +8,7 @@ import hashlib
 import importlib.util
 import os
 import re
+import signal
 import sys
 from datetime import timedelta
 
@@ -37,7 +38,12 @@ def load_dataset(name="digits", data_dir="data"):
     if name == "digits":
         # The file sklearn.datasets.load_digits() reads, read directly: importing
         # sklearn.datasets costs every process most of a second.
-        sklearn_dir = importlib.util.find_spec("sklearn").submodule_search_locations[0]
+        spec = importlib.util.find_spec("sklearn")
+        if spec is None:  # a cluster's module or container without it
+            raise SystemExit("error: the digits data set comes with scikit-learn, which this Python "
+                             f"lacks ({sys.executable}): pip install scikit-learn (on a cluster: in a "
+                             "venv on top of the module or container, see 'Run the notebooks')")
+        sklearn_dir = spec.submodule_search_locations[0]
         data = np.loadtxt(os.path.join(sklearn_dir, "datasets", "data", "digits.csv.gz"), delimiter=",")
         x = torch.tensor(data[:, :-1], dtype=torch.float32).view(-1, 1, 8, 8) / 16.0
         y = torch.tensor(data[:, -1], dtype=torch.long)
@@ -118,6 +124,8 @@ def setup_distributed(backend="auto", timeout_s=300):
     with clear_init_errors(timeout_s):
         dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s),
                                 device_id=device if backend == "nccl" else None)  # NCCL: its GPU
+    if backend == "gloo":  # torch 2.10's gloo prints a line per rank as it connects: let them all
+        dist.barrier()     # finish before any rank prints its own first line
     return dist.get_rank(), local_rank, dist.get_world_size(), device
 
 
@@ -199,6 +207,39 @@ def clear_init_errors(timeout_s):
                              + (f" ({joined.group(1)} did)" if joined else "")) from None
         raise
 # --8<-- [end:errors]
+
+
+# --8<-- [start:workers]
+STOP_SIGNALS = {signal.SIGTERM, signal.SIGUSR1}  # preemption / time limit, and Slurm's warning
+
+
+def ignore_stop_signals(worker_id):
+    """worker_init_fn for DataLoaders of a training that handles Slurm's signals (step 9).
+
+    Slurm signals every process of a job step, loader workers included. PyTorch's workers die
+    of SIGTERM (their handler re-raises it), and with the spawn or forkserver start method
+    (Python 3.14's default) of USR1 too; the main process then fails with "DataLoader worker
+    ... exited unexpectedly" before it can save. The main process decides when to stop; its
+    workers end when it does.
+    """
+    for s in STOP_SIGNALS:
+        signal.signal(s, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)  # see stop_signals_blocked()
+
+
+@contextlib.contextmanager
+def stop_signals_blocked(enabled=True):
+    """Start loader workers inside this (`iter(loader)`): they begin with the signals blocked
+    until ignore_stop_signals() ignores them; a signal in between would find PyTorch's handler.
+    This process gets a signal that arrived meanwhile when the block ends."""
+    if enabled:
+        signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        if enabled:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+# --8<-- [end:workers]
 
 
 def fail(message):

@@ -1,7 +1,11 @@
 """The practice cluster is a real Slurm shaped like Roihu-GPU and LUMI-G, from tools/clusters/*.toml."""
 import os
+import re
+import shutil
 import subprocess
+import tempfile
 import time
+from pathlib import Path
 
 import local_slurm
 
@@ -47,16 +51,20 @@ def test_names_resolve_as_on_a_real_cluster(cluster, tmp_path):
     assert not any(name in hosts for name in local_slurm.NODES)
 
 
+PINNED_TORCH = re.search(r"^torch==(\S+)", (Path(__file__).parent.parent / "requirements.txt").read_text(),
+                         re.M).group(1)  # the clusters' version (2.10.0), what the module stand-ins give
+
+
 def test_each_cluster_has_its_own_software(cluster):
     roihu = sh("srun -p gputest --gres=gpu:gh200:1 -t 1 bash -lc 'module load python-pytorch && "
                "python -c \"import torch; print(torch.__version__)\"; module use /appl/local/laifs/modules; "
                "module load lumi-aif-singularity-bindings'", cluster)
-    assert roihu.stdout.startswith("2.14.1") and "lumi-aif-singularity-bindings" in roihu.stderr, roihu.stderr
+    assert roihu.stdout.startswith(PINNED_TORCH) and "lumi-aif-singularity-bindings" in roihu.stderr, roihu.stderr
     lumi = sh("srun -p small-g -A project_462000000 --gpus-per-node=1 -t 1 bash -lc 'module use /appl/local/laifs/modules; "
               "module load lumi-aif-singularity-bindings; singularity run /appl/local/laifs/containers/"
               "lumi-multitorch-latest.sif python -c \"import torch; print(torch.__version__)\"; module load python-pytorch'",
               cluster)
-    assert lumi.stdout.startswith("2.14.1") and "python-pytorch" in lumi.stderr, lumi.stderr
+    assert lumi.stdout.startswith(PINNED_TORCH) and "python-pytorch" in lumi.stderr, lumi.stderr
 
 
 def test_gpus_are_handed_out_but_torch_sees_none(cluster):
@@ -79,3 +87,32 @@ def test_start_is_idempotent(cluster):
     assert local_slurm.running()
     local_slurm.start()  # a healthy cluster is reused, not restarted
     assert local_slurm.running()
+
+
+def test_an_ordinary_user_runs_step_1s_batch_script(cluster):
+    """Not root, as on Roihu and LUMI: a user of its own (made here if missing, with a project in
+    the accounting), a copy of the repository that it owns, the unchanged batch script."""
+    if subprocess.run(["id", "tutor"], capture_output=True).returncode:
+        subprocess.run(["useradd", "--create-home", "tutor"], check=True)
+    sh("sacctmgr -i add user tutor Account=project_2001234 DefaultAccount=project_2001234", cluster)
+    # The project's Python lives where root installed it (here under /root/.pyenv): let other
+    # users pass through those folders (execute only, as a cluster's /appl), or `python` is missing.
+    python = Path(os.path.realpath(Path(__file__).resolve().parent.parent / ".venv" / "bin" / "python"))
+    for folder in python.parents:
+        if not folder.stat().st_mode & 0o001:
+            folder.chmod(folder.stat().st_mode | 0o001)
+    home = Path(tempfile.mkdtemp(prefix="ddp-tutor-"))
+    try:
+        home.chmod(0o755)
+        root = Path(__file__).resolve().parent.parent
+        for part in ("code", "slurm"):
+            shutil.copytree(root / part, home / part, ignore=shutil.ignore_patterns("__pycache__"))
+        subprocess.run(["chown", "-R", "tutor:", str(home)], check=True)
+        r = sh(f"cd {home} && runuser -u tutor -- sbatch --wait --output=job-%j.out slurm/01-ddp.sbatch", cluster)
+        out = next(home.glob("job-*.out"))
+        text = out.read_text()
+        assert r.returncode == 0, (r.stdout, r.stderr, text)
+        assert out.owner() == "tutor" and "2 processes, backend gloo, device cpu" in text, text
+        assert "test accuracy" in text, text
+    finally:
+        shutil.rmtree(home, ignore_errors=True)

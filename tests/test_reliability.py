@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -40,6 +41,13 @@ def _start_as_srun(args, ntasks=2):
             for t in range(ntasks)]
 
 
+def _ppid(proc_dir):
+    try:
+        return int((proc_dir / "stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def _finish(procs, timeout=300):
     outs = [p.communicate(timeout=timeout)[0] for p in procs]
     return [p.returncode for p in procs], outs[0], outs
@@ -52,8 +60,18 @@ def test_sigterm_stops_mid_epoch_and_every_rank_resumes_its_own_random_numbers(t
 
     procs = _start_as_srun(["--checkpoint", ckpt])
     first = procs[0].stdout.readline()  # rank 0 prints once every rank has installed its handler
+    while first.startswith("[Gloo]"):  # torch 2.10's gloo announces its connections first
+        first = procs[0].stdout.readline()
     assert first.startswith("2 processes, backend"), first
-    procs[1].send_signal(signal.SIGTERM)  # as at preemption, but to one rank only
+    # As Slurm signals a step: rank 1 and its loader workers (--workers 2) at once, from outside
+    # (a worker signalled by its parent would just exit). The workers ignore it (ignore_stop_signals).
+    for _ in range(600):  # the workers start with the first batch
+        children = [int(p.name) for p in Path("/proc").glob("[0-9]*") if _ppid(p) == procs[1].pid]
+        if len(children) == 2:
+            break
+        time.sleep(0.05)
+    assert len(children) == 2, children
+    subprocess.run(["kill", "-TERM", str(procs[1].pid), *map(str, children)], check=True)
     codes, out, outs = _finish(procs)
     # Both ranks stopped together after writing the checkpoint: rank 1 handled SIGTERM (it
     # would end with -15 otherwise), rank 0 learned it from the all_reduce.
@@ -61,6 +79,7 @@ def test_sigterm_stops_mid_epoch_and_every_rank_resumes_its_own_random_numbers(t
     stop = re.search(r"stopped in epoch (\d+) after batch (\d+) of 15 on a signal \(from another rank\)", out)
     assert stop, outs
 
+    assert Path(ckpt + ".requeue").exists()  # the batch script requeues on this marker
     state = torch.load(ckpt)
     assert (state["epoch"], state["step"]) == tuple(map(int, stop.groups()))
     assert [r["loss_sum"] > 0 for r in state["ranks"]] == [state["step"] > 0] * 2
@@ -69,6 +88,7 @@ def test_sigterm_stops_mid_epoch_and_every_rank_resumes_its_own_random_numbers(t
 
     codes, resumed, _ = _finish(_start_as_srun(["--checkpoint", ckpt]))
     assert codes == [0, 0], resumed
+    assert not Path(ckpt + ".requeue").exists()  # a run that finishes leaves no marker
     assert f"epoch {stop.group(1)}, {stop.group(2)} of 15 batches done" in resumed
     pick = lambda text: re.findall(r"^(?:epoch \d+ loss|last dropout masks|weights sha256).*$", text, re.M)
     assert pick(resumed) == pick(reference) and len(pick(reference)) == 12, (resumed, reference)

@@ -26,6 +26,21 @@ def _env():
     return env
 
 
+# torch 2.10's gloo announces every connection on stdout, "[Gloo] Rank 0 is connected to 1 peer
+# ranks. Expected number of connected peer ranks is : 1", in several writes that the ranks'
+# copies interleave at random (pytorch/gloo issue 462; gone in later releases). The notebooks
+# leave these lines out, so that what they show is the same every run.
+_GLOO = ("[Gloo] Rank ", " is connected to ", " peer ranks. ", "Expected number of connected peer ranks is : ")
+
+
+def without_gloo_lines(text):
+    if _GLOO[0] not in text:
+        return text
+    for piece in _GLOO:
+        text = text.replace(piece, "")
+    return re.sub(r"^\d+\n", "", text, flags=re.M)  # what is left of them: their numbers
+
+
 def _show(text, grep):
     lines = text.splitlines(keepends=True)
     print("".join(lines if grep is None else sorted({l for l in lines if grep in l})), end="")
@@ -41,6 +56,7 @@ def run(cmd, check=True, timeout=300, grep=None):
     print(f"$ {cmd}")
     r = subprocess.run(cmd, shell=True, cwd=ROOT, env=_env(), timeout=timeout,
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    r.stdout = without_gloo_lines(r.stdout)
     _show(r.stdout, grep)
     if r.returncode:
         print(f"(exit code {r.returncode})")
@@ -50,7 +66,7 @@ def run(cmd, check=True, timeout=300, grep=None):
 
 
 def job_output(job_id):
-    return (ROOT / "logs" / f"job-{job_id}.out").read_text()
+    return without_gloo_lines((ROOT / "logs" / f"job-{job_id}.out").read_text())
 
 
 def submit(sbatch_file, *options, check=True, grep=None):
@@ -102,7 +118,7 @@ def wait_job(job_id, until=None, timeout=300):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         path = ROOT / "logs" / f"job-{job_id}.out"
-        out = path.read_text() if path.exists() else ""
+        out = without_gloo_lines(path.read_text()) if path.exists() else ""
         if until is not None and until in out:
             return out
         state = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"], env=_env(),
