@@ -114,7 +114,9 @@ def setup_distributed(backend="auto", timeout_s=300):
                              "use gloo on CPU nodes")
         if gpus <= local_rank:
             raise SystemExit(f"error: backend nccl needs a GPU for local rank {local_rank}, but "
-                             f"only {gpus} are visible: start at most {gpus} processes per node")
+                             f"only {gpus} are visible to this process: keep all of the node's GPUs "
+                             f"visible to every task (--gres or --gpus-per-node, not --gpus-per-task), "
+                             f"or start at most {gpus} processes per node")
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)  # else every rank allocates on GPU 0
     else:
@@ -144,7 +146,7 @@ def slurm_to_torch():
         raise SystemExit("error: started by srun without torchrun, but MASTER_ADDR/MASTER_PORT are not "
                          "set: export them in the batch script before srun: MASTER_ADDR=$(scontrol show "
                          "hostnames \"$SLURM_JOB_NODELIST\" | head -n 1) MASTER_PORT=$((20000 + "
-                         "SLURM_JOB_ID % 20000))")
+                         "SLURM_JOB_ID % 12000))")
 
 
 # --8<-- [start:cleanup]
