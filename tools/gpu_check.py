@@ -25,6 +25,7 @@ import fnmatch
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -91,7 +92,8 @@ ENTRIES = [
     Entry("08_accelerate_fsdp", "08", [("python -m accelerate.commands.launch --config_file "
                                         "code/08_accelerate_fsdp.yaml --num_processes {n} code/08_accelerate.py "
                                         "--epochs 2", 0, "test accuracy")],
-          needs=("accelerate",), gpu_only="Accelerate's FSDP needs GPUs", estimate=45),
+          needs=("accelerate",), gpu_only="Accelerate's FSDP needs GPUs", estimate=45,
+          worlds="multi"),  # one process: Accelerate starts no process group, so no FSDP
     Entry("09_reliability_resume", "09", [
         (f"{T} code/09_reliability.py --epochs 3 --checkpoint {{tmp}}/full.pt", 0, "weights sha256"),
         (f"{T} code/09_reliability.py --epochs 3 --checkpoint {{tmp}}/resume.pt --signal-at 20", "nonzero",
@@ -200,7 +202,7 @@ def run_one(name, e, n, smoke, python, timeout, info):  # timeout: None = the en
     tmp = tempfile.mkdtemp(prefix=f"gpu-check-{name.replace('@', '-')}-")
     timeout = timeout or (120 if smoke else e.timeout)
     rec = {"name": name, "step": e.step, "world_size": n, "commands": [], "figures": {},
-           "date": datetime.date.today().isoformat()}
+           "date": datetime.date.today().isoformat(), "torch": info["torch"]}
     tag = uuid.uuid4().hex  # in the environment of every process the entry starts: finds leftovers
     env = {**os.environ, **e.env, "GPU_CHECK_TAG": tag}
     if smoke:
@@ -215,7 +217,7 @@ def run_one(name, e, n, smoke, python, timeout, info):  # timeout: None = the en
         start = time.perf_counter()
         for cmd, expect, must in e.commands:
             text = command_text(cmd, e, n, tmp, smoke)
-            argv = text.split()
+            argv = shlex.split(text)
             if argv[0] == "python":
                 argv[0] = python
             t0 = time.perf_counter()
@@ -248,7 +250,10 @@ def run_one(name, e, n, smoke, python, timeout, info):  # timeout: None = the en
                 reason = (f"{len(left)} of its processes still ran 5 s after it ended, exit code {proc.returncode} "
                           f"(killed): {text.replace(tmp, '$TMP')}")
             elif (expect == 0) != (proc.returncode == 0):
-                err = [ln for ln in lines if ln.startswith("error:") or re.search(r"\w+Error\b|Exception", ln)]
+                # the script's own "error: ..." line, else the last exception line that is not torchrun's summary
+                err = [ln for ln in lines if re.match(r"(\[rank\d+\]:\s*)?error: ", ln)] or [
+                    ln for ln in lines if re.search(r"\w+(Error|Exception)\b", ln) and "ChildFailedError" not in ln
+                    and not ln.lstrip().startswith(("File ", "raise ", "Traceback"))]
                 why = (err or lines or ["(no output)"])[-1].strip()
                 reason = (f"exit code {proc.returncode}, expected {expect}: {why}" if expect == 0
                           else f"exit code 0, expected a failure: {text.replace(tmp, '$TMP')}")
@@ -401,7 +406,8 @@ def main():
                                                          for c, *_ in e.commands) + (f"  [skip: {skip}]" if skip else ""))
         for script, why in NOT_COVERED.items():
             print(f"{'(not covered)':34} {script}: {why}")
-        print(f"results file: {path}")
+        print(f"results file: {path}" if info["gpus"] or args.cpu_smoke else
+              "results file: benchmarks/gpu-<device>.json (no GPU here: the commands a one-GPU machine runs)")
         return 0
 
     if args.jobs > 1 and not args.cpu_smoke:
