@@ -266,9 +266,10 @@ def test_header_links_to_the_repository_archive(site_dir):
         header = re.search(r"<header.*?</header>", path.read_text(), re.S).group(0)
         href = re.search(r'<a href="([^"]+)"[^>]*data-repository-link', header).group(1)
         assert urljoin("/" + path.parent.relative_to(site_dir).as_posix() + "/", href) == "/repository/"
-    listed = re.findall(r"<li><code>([^<]+)</code></li>", (site_dir / "repository" / "index.html").read_text())
+    page = (site_dir / "repository" / "index.html").read_text()
+    listed = re.findall(r"<li>(?:<a [^>]*>)?<code>([^<]+)</code>", page)
     with zipfile.ZipFile(site_dir / mkdocs_hooks.ARCHIVE) as z:
-        assert sorted(z.namelist()) == [f"ddp-tutorial/{n}" for n in listed]  # the page lists the archive
+        assert sorted(z.namelist()) == sorted(f"ddp-tutorial/{n}" for n in listed)  # the page lists the archive
         assert z.read("ddp-tutorial/mkdocs.yml") == (ROOT / "mkdocs.yml").read_bytes()
     assert {"README.md", "mkdocs.yml", "code/01_ddp.py", "slurm/01-ddp.sbatch"} <= set(listed)
 
@@ -296,3 +297,40 @@ def test_step_page_shows_its_change_once(page):
                           rf'    --8<-- "{re.escape(script)}"\n', md, re.M)
     assert collapsed, f'{page.name}: the whole {script} in a collapsed ??? note "The whole script: `{script}`"'
     assert md.count(f'--8<-- "{script}"') == 1, f"{page.name}: {script} shown in full more than once"
+
+
+def test_repository_page_links_every_file(site_dir):
+    """A reader can fetch one batch script or script (issue 24): every tracked file of code/,
+    slurm/ and notebooks/ is linked from the Repository page, and the link opens that file in
+    the built site; the folders read as a tree (one heading each, no repeated root heading)."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    import mkdocs_hooks
+    page = (site_dir / "repository" / "index.html").read_text()
+    links = dict((name, href) for href, name in re.findall(r'<li><a href="([^"]+)"><code>([^<]+)</code></a>', page))
+    tracked = [n for n in mkdocs_hooks.repository_files(ROOT) if re.match(r"(code|slurm|notebooks)/", n)]
+    assert len(tracked) > 40
+    wrong = []
+    for name in tracked:
+        if name not in links:
+            wrong.append(f"{name}: not linked")
+            continue
+        target = (site_dir / "repository" / links[name]).resolve()
+        if not target.is_file() or target.read_bytes() != (ROOT / name).read_bytes():
+            wrong.append(f"{name}: {links[name]} is not that file in the site")
+    assert not wrong, wrong
+    headings = re.findall(r"<h3 [^>]*>(.*?)<a class=\"headerlink\"", page)
+    assert len(headings) == len(set(headings)), headings
+    assert "The repository&#x27;s root" not in page and "The repository's root" not in page
+
+
+def test_notebook_pages_share_their_css(site_dir):
+    """mkdocs-jupyter's ~580 KB of CSS is one shared file, not inlined into each notebook page."""
+    pages = sorted((site_dir / "notebooks").glob("*/index.html"))
+    assert pages
+    for path in pages:
+        text = path.read_text()
+        inline = sum(len(m) for m in re.findall(r"<style[^>]*>(.*?)</style>", text, re.S))
+        assert inline < 20_000, f"{path.parent.name}: {inline} bytes of inline CSS"
+        for href in re.findall(r'<link rel="stylesheet" href="([^"]+)"', text):
+            if not href.startswith("http"):
+                assert (path.parent / href).resolve().is_file(), f"{path.parent.name}: {href} missing"

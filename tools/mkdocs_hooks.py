@@ -19,16 +19,24 @@ In a page's Markdown:
 A missing file, tag, fact or empty output fails the build (mkdocs build --strict in the tests).
 
 After rendering, every page gets what a reader needs from the built HTML:
-- code blocks are left out of the search index (results show prose, not code dumps);
+- code blocks are left out of the search index (results show prose, not code dumps), except
+  the error lines of outputs, indexed as an invisible section right before the output (a pasted
+  error message finds the step that shows and explains it);
+- outputs, table cells and headings wrap between words only: a flag or a file name stays whole;
 - a copy button on a block with `$ ` command lines copies the commands, without the prompt
   and without the output;
 - notebook pages lose their cell-tag chips, get a table of contents and a title built from
   their rendered headings (Markdown's own left out headings in `code`), and stay out of the
   search index, so that a search opens the step's page, not its notebook.
+After the build: the repository as one .zip and as single files (site/files/, linked from the
+Repository page), and the CSS that mkdocs-jupyter inlines into each notebook page moved into
+shared files (one copy instead of 580 KB per notebook page).
 """
 import difflib
+import hashlib
 import html
 import json
+import os
 import re
 import stat
 import subprocess
@@ -105,16 +113,36 @@ def repository_files(root):
     return sorted(n for n in names if (root / n).exists() or (root / n).is_symlink())
 
 
+FILES = "files"  # the site's copy of every tracked file (on_post_build), one link each
+
+
 def _repository(root):
-    # raw HTML: the archive is written after the build, MkDocs cannot check a Markdown link to it
-    rows = [f'Everything below in one file: <a href="../{ARCHIVE}" download>{ARCHIVE}</a>.', ""]
-    folder = None
+    """Every file, linked to its copy in the site, under one heading per top-level folder (what the
+    folder holds, from README.md's table); subfolders are nested lists."""
+    # raw HTML links: the files are copied after the build, MkDocs cannot check Markdown links to them
+    about = dict(re.findall(r"^\| `([\w.-]+)/` \| (.+?) \|$", (root / "README.md").read_text(), re.M))
+    rows = [f'Everything below in one file: <a href="../{ARCHIVE}" download>{ARCHIVE}</a>. '
+            "Or open one file from the lists: each name links to that file.", ""]
+    groups = {}
     for name in repository_files(root):
-        top = name.split("/")[0] if "/" in name else ""
-        if top != folder:
-            folder = top
-            rows += ["", f"**`{folder}/`**" if folder else "**The repository's root**", ""]
-        rows.append(f"- `{name}`")
+        groups.setdefault(name.split("/")[0] if "/" in name else "", []).append(name)
+    for top in sorted(groups, key=lambda t: (t != "", t.lower())):
+        rows += ["", f"### `{top}/`" if top else "### Top level", ""]
+        if top in about:
+            rows += [about[top][0].upper() + about[top][1:] + ".", ""]
+        shown = set()
+        for name in groups[top]:
+            parts = name.split("/")
+            for depth in range(1, len(parts) - 1):  # a subfolder: a list item of its own
+                sub = "/".join(parts[:depth + 1]) + "/"
+                if sub not in shown:
+                    shown.add(sub)
+                    rows.append("    " * (depth - 1) + f"- **{sub}**")
+            indent = "    " * max(0, len(parts) - 2)
+            if (root / name).is_symlink():
+                rows.append(f"{indent}- `{name}` (a symbolic link to {(root / name).readlink()})")
+            else:
+                rows.append(f'{indent}- <a href="../{FILES}/{name}"><code>{name}</code></a>')
     return "\n".join(rows)
 
 
@@ -198,13 +226,85 @@ def _commands(pre):
     return "\n".join(cmds)
 
 
-def _code_block(m):
+# A pasted error message finds the page that shows it: the error lines of an output block are
+# indexed as a search section of their own (Material's index: a heading and its text), titled
+# with the block's first error line and placed right before the block, so that a result opens
+# the page at the error. The section is invisible (class search-only, aria-hidden: the block
+# shows the same lines); code itself stays out of the index.
+ERROR_LINE = re.compile(r"error|exception|\bSIG[A-Z]+\d?\b|invalid|refused|denied|timed out|"
+                        r"not set|mutually exclusive|failed|abort", re.I)
+
+
+def _error_lines(pre, most=8):
+    """The block's lines that name an error, without prompts and repeats (at most `most`)."""
+    lines = []
+    for line in html.unescape(re.sub(r"<[^>]+>", "", pre)).splitlines():
+        line = re.sub(r"^\[(rank|default)?\d+\]:?\s*", "", line.strip())  # torchrun's rank labels
+        if line and not line.startswith("$ ") and ERROR_LINE.search(line) and line[:300] not in lines:
+            lines.append(line[:300])
+    return lines[:most]
+
+
+def _error_section(lines, seen):
+    """The invisible search section for these error lines ('' when none, or all indexed already)."""
+    lines = [line for line in lines if line not in seen]
+    if not lines:
+        return ""
+    seen.update(lines)
+    anchor = "error-" + hashlib.sha256(lines[0].encode()).hexdigest()[:8]
+    esc = [html.escape(line, quote=False) for line in lines]
+    return (f'<div class="search-only" aria-hidden="true"><h6 id="{anchor}">{esc[0]}</h6>'
+            + "\n".join(esc[1:]) + "</div>")  # (plain text: no paragraph of the page)
+
+
+def _code_block(m, seen):
     cls, pre = m.groups()
     extra = " data-search-exclude"  # code in the index made every result a code dump
     cmds = _commands(pre)
     if cmds:  # Material's copy button copies the closest data-copy instead of the block's text
         extra += f' data-copy="{html.escape(cmds)}"'
-    return f'<div class="{cls}"{extra}>{pre}</div>'
+    found = ""
+    if "language-text" in cls:  # an output: it wraps at spaces (reading.css), never inside a token
+        found = _error_section(_error_lines(pre), seen)  # (in source code 'error' is code)
+        pre = _keep_whole(pre)
+    return f'{found}<div class="{cls}"{extra}>{pre}</div>'
+
+
+# Long lines wrap at spaces only. Chromium also breaks after '-', '/' and brackets
+# (--ntasks-|per-node, slurm/05-|multinode.sbatch), so every token holding such a character is
+# kept whole (reading.css: .nobr). A long token that is not a flag may break after a separator
+# (nn.SyncBatchNorm.|convert_sync_batchnorm(model), DEBUG=|DETAIL), a path after a '/' only
+# (slurm/retired/|mahti-05-multinode-torchrun.sbatch): never inside a flag or a file's name.
+TOKEN = re.compile(r"[^\s<>]*[^\w\s<>][^\s<>]*")
+HTML_TAG = re.compile(r"(<[^>]+>)")
+KEEP_WHOLE = [  # (opening tag, content, closing tag) of what wraps between words only
+    re.compile(r'(<t[dh]\b[^>]*>)(.*?)(</t[dh]>)', re.S),
+    re.compile(r'(<div class="[^"]*\bjp-OutputArea-output\b[^"]*"[^>]*>\s*<pre>)(.*?)(</pre>)', re.S),
+]
+HEADING = re.compile(r'(<h[1-3]\b[^>]*>)(.*?)(</h[1-3]>)', re.S)
+
+
+def _keep_whole(fragment):
+    def token(m):
+        t = m.group(0)
+        if len(t) < 2 or re.fullmatch(r"&#?\w+;", t):  # (an entity alone: the heading's ¶)
+            return t
+        if len(t) > 20 and not t.startswith("-"):  # a long token, not a flag, may break after a
+            path = re.search(r"\.\w{1,5}\W*$", t)    # separator; a path between its folders only
+            pieces = re.split(r"(?<=/)(?=\w)" if path else r"(?<=[.,=;:|/(])(?=\w)", t)
+            return "<wbr>".join(f'<span class="nobr">{p}</span>' for p in pieces)
+        return f'<span class="nobr">{t}</span>'
+
+    parts = HTML_TAG.split(fragment)
+    for i in range(0, len(parts), 2):  # text between tags; the tags stay as they are
+        parts[i] = TOKEN.sub(token, parts[i])
+    return "".join(parts)
+
+
+def _wrap_between_words(content):
+    for pattern in KEEP_WHOLE:
+        content = pattern.sub(lambda m: m.group(1) + _keep_whole(m.group(2)) + m.group(3), content)
+    return HEADING.sub(lambda m: m.group(1) + _keep_whole(m.group(2)) + m.group(3), content)
 
 
 class _Headings(HTMLParser):
@@ -256,19 +356,56 @@ def _notebook_toc(content):
 
 
 def on_page_content(content, page, config, files):
-    content = CODE_BLOCK.sub(_code_block, content)
+    seen = set()  # error lines indexed on this page
+    content = CODE_BLOCK.sub(lambda m: _code_block(m, seen), content)
     if page.file.src_uri.endswith(".ipynb"):
         content = CELL_TAGS.sub("", content)
         title, page.toc = _notebook_toc(content)
         if title:
             page.title = title
         page.meta = {**(page.meta or {}), "search": {"exclude": True}}
-    return content
+    return _wrap_between_words(content)
+
+
+def _copy_files(root, site_dir):
+    """Each tracked file as site/files/<path>, so that a reader can fetch one (Repository page)."""
+    for name in repository_files(root):
+        if not (root / name).is_symlink():
+            target = site_dir / FILES / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes((root / name).read_bytes())
+
+
+NOTEBOOK_CSS = re.compile(r'<style(?: type="text/css")?>((?:(?!</style>).){2000,})</style>', re.S)
+
+
+def _share_notebook_css(site_dir):
+    """mkdocs-jupyter inlines the same ~580 KB of CSS into every notebook page: each such block
+    becomes one shared file, linked where the block was (same order, same cascade)."""
+    folder = site_dir / "assets" / "notebook-css"
+    for page in site_dir.rglob("*.html"):
+        text = page.read_text()
+        if "jupyter-wrapper" not in text:
+            continue
+
+        def link(m):
+            css = m.group(1)
+            name = hashlib.sha256(css.encode()).hexdigest()[:16] + ".css"
+            folder.mkdir(parents=True, exist_ok=True)
+            if not (folder / name).exists():
+                (folder / name).write_text(css)
+            href = os.path.relpath(folder / name, page.parent).replace(os.sep, "/")
+            return f'<link rel="stylesheet" href="{href}">'
+
+        page.write_text(NOTEBOOK_CSS.sub(link, text))
 
 
 def on_post_build(config):
-    """The whole repository as one .zip in the site (the Repository page links to it)."""
+    """The whole repository as one .zip in the site (the Repository page links to it), each file
+    on its own, and the notebook pages' shared CSS in files of its own."""
     root = Path(config.config_file_path).parent
+    _copy_files(root, Path(config.site_dir))
+    _share_notebook_css(Path(config.site_dir))
     with zipfile.ZipFile(Path(config.site_dir) / ARCHIVE, "w", zipfile.ZIP_DEFLATED) as z:
         for name in repository_files(root):
             path = root / name
