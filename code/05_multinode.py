@@ -34,9 +34,9 @@ if launcher == "srun" and "SLURM_PROCID" in os.environ:
         raise SystemExit("error: started by srun without torchrun, but MASTER_ADDR/MASTER_PORT are "
                          "not set: export them in the batch script (slurm/05-multinode-srun.sbatch)")
 rank, local_rank, world_size, device = setup_distributed(args.backend)
-hosts = [None] * world_size
-dist.all_gather_object(hosts, socket.gethostname())  # where every rank runs
-nodes = len(set(hosts))
+where = [None] * world_size  # where every rank runs: its node, and the cores it may use
+dist.all_gather_object(where, (socket.gethostname(), sorted(os.sched_getaffinity(0))))
+nodes = len({host for host, _ in where})
 # One process per GPU: a world that does not match the GPUs Slurm gave leaves GPUs idle.
 gpus = int(os.environ.get("SLURM_GPUS_ON_NODE", 0))
 if gpus and world_size != gpus * nodes:
@@ -53,6 +53,34 @@ opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
 print0(f"{world_size} processes on {nodes} node{'s' if nodes > 1 else ''}, started by {launcher}")
 print0(f"{world_size} processes, backend {torch.distributed.get_backend()}, device {device.type}, "
        f"batch {args.batch_size} = {world_size} x {batch}")
+
+
+def ranges(numbers):  # [0, 1, 2, 5] -> "0-2,5", as taskset and Slurm write core lists
+    runs = []
+    for n in numbers:
+        if runs and n == runs[-1][-1] + 1:
+            runs[-1].append(n)
+        else:
+            runs.append([n])
+    return ",".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else f"{r[0]}" for r in runs)
+
+
+# The cores each rank may use, consecutive ranks with the same cores on one line. Bound ranks
+# (torchrun --numa-binding, srun --cpu-bind) have cores of their own, next to their GPU.
+first = 0
+for r in range(world_size):
+    if r + 1 == world_size or where[r + 1][1] != where[first][1]:
+        cores = where[first][1]
+        count = f"{len(cores)} core{'s' if len(cores) > 1 else ''}"
+        print0(f"rank {first}: {count} ({ranges(cores)})" if r == first else
+               f"ranks {first}-{r}: {count} each ({ranges(cores)})")
+        first = r + 1
+node_cores = {}
+for host, cores in where:
+    node_cores.setdefault(host, []).append(set(cores))
+shared = any(sum(map(len, c)) > len(set().union(*c)) for c in node_cores.values())
+print0("cpu binding: none, the ranks of a node share its cores" if shared else
+       "cpu binding: each rank has cores of its own")
 
 for epoch in range(args.epochs):
     sampler.set_epoch(epoch)  # a new, reproducible order every epoch, the same on all ranks

@@ -177,13 +177,16 @@ def cleanup(exit_code=0):
 # --8<-- [start:errors]
 def check_world_size():
     """Inside an srun step, WORLD_SIZE must be what Slurm started: SLURM_NTASKS processes, or
-    SLURM_NTASKS torchruns that each start LOCAL_WORLD_SIZE. Otherwise the ranks hang waiting
-    for processes that never come, or (torchrun --standalone in several tasks) several
-    separate trainings run side by side and overwrite each other's files."""
+    SLURM_NTASKS torchruns (or deepspeed launchers, step 6) that each start LOCAL_WORLD_SIZE
+    (LOCAL_SIZE). Otherwise the ranks hang waiting for processes that never come, or (torchrun
+    --standalone in several tasks) several separate trainings run side by side and overwrite
+    each other's files."""
     if "SLURM_STEP_ID" not in os.environ or "SLURM_NTASKS" not in os.environ:
         return  # not in an srun step (a login node, or the batch script's own shell)
     tasks = int(os.environ["SLURM_NTASKS"])
-    per_task = int(os.environ.get("LOCAL_WORLD_SIZE", 1)) if "TORCHELASTIC_RUN_ID" in os.environ else 1
+    per_task = (int(os.environ.get("LOCAL_WORLD_SIZE", 1)) if "TORCHELASTIC_RUN_ID" in os.environ
+                else int(os.environ.get("LOCAL_SIZE", 1)) if "CROSS_SIZE" in os.environ  # deepspeed
+                else 1)
     world = int(os.environ.get("WORLD_SIZE", 1))
     if world != tasks * per_task:
         raise SystemExit(f"error: WORLD_SIZE={world}, but Slurm started {tasks} task(s) x {per_task} "

@@ -261,12 +261,24 @@ LogFile={logs}/slurmdbd.log
 def write_software(venv_bin):
     """Roihu's python-pytorch module; LUMI's AI Factory module, containers and `singularity`."""
     roihu, lumi = CLUSTERS["roihu"], CLUSTERS["lumi"]
+    # Both put tools/launchers-practice.in first on PATH, as torchrun, python, python3 and
+    # deepspeed: it lets GPU-only launcher options run on these GPU-less nodes (see the file).
+    launchers = STATE / "launchers"
+    launchers.mkdir(parents=True, exist_ok=True)
+    shim = launchers / "launchers-practice"
+    shim.write_text((Path(__file__).resolve().parent / "launchers-practice.in").read_text()
+                    .replace("@VENV_BIN@", venv_bin))
+    shim.chmod(0o755)
+    for name in ("torchrun", "python", "python3", "deepspeed"):
+        (launchers / name).unlink(missing_ok=True)
+        (launchers / name).symlink_to(shim.name)
     site = STATE / "modules" / "site" / roihu["module"]
     site.mkdir(parents=True, exist_ok=True)
     (site / f"{roihu['module_version']}.lua").write_text(
         f'help([[Practice cluster: stands in for CSC\'s {roihu["module"]}/{roihu["module_version"]} on '
         f'Roihu; it loads this tutorial\'s virtualenv (torch 2.14.1).]])\n'
-        f'prepend_path("PATH", "{venv_bin}")\n')
+        f'prepend_path("PATH", "{venv_bin}")\n'
+        f'prepend_path("PATH", "{launchers}")  -- practice cluster only: before the virtualenv\n')
     # LUMI nodes mount STATE/lumi/appl on /appl and STATE/lumi/modules on the module path above.
     appl = STATE / "lumi" / "appl"
     mods = appl / lumi["module_path"].removeprefix("/appl/")
@@ -283,7 +295,8 @@ def write_software(venv_bin):
     bindir = STATE / "lumi" / "bin"
     bindir.mkdir(parents=True, exist_ok=True)
     stub = bindir / "singularity"
-    stub.write_text((Path(__file__).resolve().parent / "singularity.in").read_text().replace("@VENV_BIN@", venv_bin))
+    stub.write_text((Path(__file__).resolve().parent / "singularity.in").read_text()
+                    .replace("@VENV_BIN@", venv_bin).replace("@LAUNCHERS@", str(launchers)))
     stub.chmod(0o755)
 
 
