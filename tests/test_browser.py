@@ -81,6 +81,21 @@ def test_steps_in_order_in_navigation(page, base_url):
     assert steps == on_disk, f"navigation {steps} vs pages {on_disk}"
 
 
+@pytest.mark.parametrize("name", ["01-ddp", "09-reliability", "12-fsdp2", "notebooks/your-own-script"])
+def test_navigation_reads_in_order_with_short_labels(page, base_url, name):
+    """Step 1 comes right after Home, and no label of the navigation wraps to more than two lines
+    at 1280 px (issue 24: Next from Home led into the clusters reference; labels took 3 lines)."""
+    page.set_viewport_size({"width": 1280, "height": 900})
+    page.goto(base_url + f"{name}/")
+    labels = [t.strip() for t in page.locator("nav.md-nav--primary > ul > li > :is(a, label, div)").all_inner_texts()]
+    assert labels[0] == "Home" and labels[1].startswith("1. "), labels[:3]
+    lines = page.locator("nav.md-nav--primary .md-nav__link .md-ellipsis").evaluate_all("""els => els
+      .filter(e => e.getBoundingClientRect().height > 0)
+      .map(e => [e.textContent.trim(), Math.round(e.getBoundingClientRect().height / parseFloat(getComputedStyle(e).lineHeight))])""")
+    long = [(t, n) for t, n in lines if n > 2]
+    assert not long, f"{name}: navigation labels on more than two lines: {long}"
+
+
 def test_content_tabs_switch(page, base_url):
     tabbed = [p for p in PAGES if "=== \"" in (ROOT / "docs" / f"{p}.md").read_text()]
     assert tabbed, "no page uses content tabs"
