@@ -26,7 +26,8 @@ n_gpus = torch.cuda.device_count()
 if n_gpus < 2:  # never faked: with fewer than 2 GPUs there is nothing to compare
     print(f"DataParallel vs 1 GPU: skipped, it needs at least 2 GPUs and this node has {n_gpus}")
     raise SystemExit(0)
-torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False  # full float32
+# full float32, no TF32 (fp32_precision replaces the older allow_tf32 flags)
+torch.backends.cuda.matmul.fp32_precision = torch.backends.cudnn.conv.fp32_precision = "ieee"
 torch.backends.cudnn.deterministic = True
 
 train, _ = load_dataset("digits")

@@ -30,7 +30,7 @@ if world_size < 2:
     fail("error: this comparison needs at least 2 processes (torchrun --nproc_per_node=2)")
 K, B = world_size, args.batch_size
 # Compare in full float32 on GPUs too: TF32 convolutions would differ by ~1e-3 by themselves.
-torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+torch.backends.cuda.matmul.fp32_precision = torch.backends.cudnn.conv.fp32_precision = "ieee"
 torch.backends.cudnn.deterministic = True
 
 # Each case changes one thing. same: should DDP's weights equal the single process's?

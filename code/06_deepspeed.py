@@ -21,7 +21,7 @@ if not torch.cuda.is_available():  # workaround, CPU only
     ops_table = getattr(deepspeed.ops, "__compatible_ops__", None)
     if isinstance(ops_table, dict) and "deepspeed_shm_comm" in ops_table:
         ops_table["deepspeed_shm_comm"] = False
-# DeepSpeed 0.19.8 calls a torch.distributed function that torch 2.14 deprecates: harmless.
+# DeepSpeed 0.19.8 calls torch.distributed functions that newer torch releases deprecate: harmless.
 warnings.filterwarnings("ignore", r"`torch\.distributed\.\w+` is deprecated", FutureWarning)
 
 from ddp_helpers import (ConvNet, accuracy, assert_replicas_equal, cleanup, fail, load_dataset,  # noqa: E402

@@ -14,7 +14,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 from ddp_helpers import ConvNet, accuracy, assert_replicas_equal, cleanup, load_dataset, per_rank_batch
 
 # Quiet: Lightning's banner (GPU/TPU available, a tip, "Initializing distributed" per rank), its
-# hint to use srun (we start the processes with torchrun on purpose) and a torch 2.14 deprecation.
+# hint to use srun (we start the processes with torchrun on purpose) and a torch deprecation.
 for name in ("lightning.pytorch", "lightning.fabric"):
     logging.getLogger(name).setLevel(logging.WARNING)
 warnings.filterwarnings("ignore", ".*`srun` command is available|.*LeafSpec")

@@ -14,8 +14,6 @@ import argparse
 import hashlib
 import os
 import signal
-import subprocess
-import time
 
 import torch
 import torch.distributed as dist
@@ -26,7 +24,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 
 from ddp_helpers import (ConvNet, accuracy, assert_replicas_equal, cleanup, fail, ignore_stop_signals,
                          load_dataset, mean_over_ranks, per_rank_batch, print0, setup_distributed,
-                         stop_signals_blocked, weights_fingerprint)
+                         signal_like_slurm, stop_signals_blocked, weights_fingerprint)
 
 STOPPED = 3  # exit code: stopped on a signal, checkpoint written: requeue me
 
@@ -64,20 +62,6 @@ def request_stop(signum, frame):  # Python runs it in the main thread, between t
 signal.signal(signal.SIGUSR1, request_stop)  # Slurm's warning: #SBATCH --signal=USR1@120
 signal.signal(signal.SIGTERM, request_stop)  # preemption, the time limit, scancel
 # --8<-- [end:signal]
-
-
-def signal_me_and_my_workers(name):
-    """As Slurm signals a step: this process and its children (the loader workers), at once and
-    from another process (a worker that gets SIGTERM from its parent just exits)."""
-    pids = [str(os.getpid())]
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            if open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1] == pids[0]:
-                pids.append(pid)  # its parent is this process
-        except OSError:
-            pass
-    subprocess.run(["kill", f"-{name}", *pids], check=True)
-    time.sleep(0.5)  # the rest of a real step: Slurm's signal lands while the step computes
 
 
 rank, local_rank, world_size, device = setup_distributed(args.backend, timeout_s=args.timeout)
@@ -164,7 +148,7 @@ for epoch in range(start_epoch, args.epochs):
         opt.step()
         loss_sum += loss.item()
         if args.signal_at == epoch * steps + step + 1 and rank == world_size - 1:
-            signal_me_and_my_workers(args.send)  # one rank: the others must learn it
+            signal_like_slurm(args.send)  # one rank: the others must learn it
         # Each rank may get the signal at another moment: all stop at the same step if any got it.
         stop = torch.tensor(float(stop_signal is not None), device=device)
         dist.all_reduce(stop, op=dist.ReduceOp.MAX)

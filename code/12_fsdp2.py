@@ -3,6 +3,7 @@
 import argparse
 import os
 import time
+import warnings
 
 import torch
 import torch.distributed as dist
@@ -18,6 +19,9 @@ from torch.utils.data import DataLoader, DistributedSampler
 
 from ddp_helpers import (ConvNet, accuracy, assert_replicas_equal, cleanup, fail, load_dataset,
                          mean_over_ranks, per_rank_batch, print0, setup_distributed)
+
+# torch 2.10's DCP writer calls tensor.storage(), which warns for every tensor it saves: harmless.
+warnings.filterwarnings("ignore", "TypedStorage is deprecated", UserWarning)
 
 p = argparse.ArgumentParser()
 p.add_argument("--mode", default="fsdp", choices=["fsdp", "ddp"])

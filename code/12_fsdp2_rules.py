@@ -31,6 +31,8 @@ def error(fn):
 
 # CommDebugMode (it counts the collectives in 5.) makes the model's output look like a view to FSDP
 warnings.filterwarnings("ignore", r"FSDP2-wrapped module \(\w+\) returned a view tensor", UserWarning)
+# torch 2.10 warns that a full backward hook fires while no input needs a gradient (ours never do).
+warnings.filterwarnings("ignore", "Full backward hook is firing", UserWarning)
 rank, local_rank, world_size, device = setup_distributed()
 x = torch.randn(48, 1, 8, 8, device=device)
 y = torch.randint(0, 10, (48,), device=device)

@@ -9,7 +9,9 @@ import importlib.util
 import os
 import re
 import signal
+import subprocess
 import sys
+import time
 from datetime import timedelta
 
 import numpy as np
@@ -245,6 +247,23 @@ def stop_signals_blocked(enabled=True):
         if enabled:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
 # --8<-- [end:workers]
+
+
+def signal_like_slurm(name):
+    """Send signal `name` (USR1, TERM) to this process and its children (the loader workers) at
+    once, from another process, as Slurm signals every process of a step; then wait a moment,
+    the rest of a real step. (A worker that gets SIGTERM from its own parent just exits.)"""
+    me = str(os.getpid())
+    pids = [me]
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[1] == me:  # its parent is this process
+                    pids.append(pid)
+        except OSError:
+            pass
+    subprocess.run(["kill", f"-{name}", *pids], check=True)
+    time.sleep(0.5)
 
 
 def fail(message):

@@ -28,6 +28,19 @@ def _free_port():
         return s.getsockname()[1]
 
 
+STARTED = []  # every process a test starts; a failing test leaves none behind
+
+
+@pytest.fixture(autouse=True)
+def _kill_leftovers():
+    yield
+    while STARTED:
+        proc = STARTED.pop()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 def _start_as_srun(args, ntasks=2):
     """`ntasks` processes of code/09_reliability.py with Slurm's variables, as srun starts them."""
     drop = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
@@ -35,10 +48,12 @@ def _start_as_srun(args, ntasks=2):
     env = {k: v for k, v in os.environ.items() if k not in drop and not k.startswith("SLURM_")}
     env.update(OMP_NUM_THREADS="1", SLURM_STEP_ID="0", SLURM_NTASKS=str(ntasks),
                MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
-    return [subprocess.Popen([sys.executable, "code/09_reliability.py", *args], cwd=ROOT,
-                             env={**env, "SLURM_PROCID": str(t), "SLURM_LOCALID": str(t)},
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-            for t in range(ntasks)]
+    procs = [subprocess.Popen([sys.executable, "code/09_reliability.py", *args], cwd=ROOT,
+                              env={**env, "SLURM_PROCID": str(t), "SLURM_LOCALID": str(t)},
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for t in range(ntasks)]
+    STARTED.extend(procs)
+    return procs
 
 
 def _ppid(proc_dir):

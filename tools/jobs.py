@@ -38,7 +38,8 @@ def without_gloo_lines(text):
         return text
     for piece in _GLOO:
         text = text.replace(piece, "")
-    return re.sub(r"^\d+\n", "", text, flags=re.M)  # what is left of them: their numbers
+    # What is left of them: their numbers, after the labels srun --label and torchrun --tee add.
+    return re.sub(r"^(?:\d+: )?(?:\[default\d+\]:)?\d+\n", "", text, flags=re.M)
 
 
 def _show(text, grep):

@@ -1,0 +1,50 @@
+"""Step 9: what Slurm's signals do to DataLoader workers, for each multiprocessing start method.
+
+One process, no training: a loader with 2 workers is iterated, and after 5 batches the signal
+goes to the process and its workers at once, as Slurm sends it to every process of a job step.
+The main process handles it (it only notes it); the workers keep PyTorch's handlers
+(--workers-hear default) or run ignore_stop_signals first (step 9's fix).
+
+spawn and forkserver start each worker as a new Python that imports this file again, so
+everything runs under `if __name__ == "__main__":`.
+"""
+import argparse
+import re
+import signal
+
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from ddp_helpers import ignore_stop_signals, signal_like_slurm, stop_signals_blocked
+
+noted = []  # the main process's handler only notes the signal, as step 9's training does
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--start-method", default="fork", choices=["fork", "spawn", "forkserver"])
+    p.add_argument("--send", default="USR1", choices=["USR1", "TERM"])
+    p.add_argument("--workers-hear", default="ignore", choices=["ignore", "default"])
+    args = p.parse_args()
+    for s in (signal.SIGUSR1, signal.SIGTERM):
+        signal.signal(s, lambda signum, frame: noted.append(signal.Signals(signum).name))
+    ignore = args.workers_hear == "ignore"
+    loader = DataLoader(TensorDataset(torch.arange(400.0)), batch_size=4, num_workers=2,
+                        multiprocessing_context=args.start_method,
+                        worker_init_fn=ignore_stop_signals if ignore else None)
+    with stop_signals_blocked(ignore):
+        batches = iter(loader)
+    i = 0
+    try:
+        for i, _ in enumerate(batches):
+            if i == 5:
+                signal_like_slurm(args.send)
+        result = f"all {i + 1} batches; the main process noted {noted}"
+    except RuntimeError as e:  # how the main process learns that a worker died
+        why = re.sub(r" \(pid \d+\)", "", str(e).splitlines()[0].strip())  # (pids differ per run)
+        result = f"failed after batch {i}: {why}"
+    print(f"{args.start_method:10} SIG{args.send:5} workers: {args.workers_hear:8} -> {result}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
