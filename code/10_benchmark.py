@@ -186,19 +186,23 @@ with tempfile.TemporaryDirectory() as root:
         }
         if ddp:  # each rank: its shard on its GPU, gradients all-reduced by DDP every step
             shard = slice(rank, None, world)
-            variants = {f"DDP, {world} processes, data resident": (False, lambda m, o: (
-                make_step(torch.nn.parallel.DistributedDataParallel(m, device_ids=[device] if cuda else None), o),
-                batches_on_device(x_all[shard], y_all[shard], batch // world)))}
+            wrap = lambda m: torch.nn.parallel.DistributedDataParallel(m, device_ids=[device] if cuda else None)
+            variants = {  # strong scaling: the global batch fixed, split over the GPUs; weak: each GPU keeps it
+                f"DDP, {world} processes, data resident": (False, lambda m, o: (
+                    make_step(wrap(m), o), batches_on_device(x_all[shard], y_all[shard], batch // world))),
+                f"DDP, {world} processes, data resident, weak scaling": (False, lambda m, o: (
+                    make_step(wrap(m), o), batches_on_device(x_all[shard], y_all[shard], batch)))}
         for name, (needs_cuda, build) in variants.items():
-            row = {"variant": name, "batch": batch, "lr": lr}
+            weak = name.endswith("weak scaling")  # global batch world x batch, learning rate scaled with it
+            row = {"variant": name, "batch": batch * world if weak else batch, "lr": lr * world if weak else lr}
             if needs_cuda and not cuda:
                 row["skipped"] = "needs a CUDA GPU"
             else:
                 torch.manual_seed(0)
                 model = ConvNet(image_size=28, batchnorm=True).to(device)
-                opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+                opt = torch.optim.SGD(model.parameters(), lr=row["lr"], momentum=0.9)
                 step, batches = build(model, opt)
-                images = batch // world * world if ddp else batch  # a global batch of 100 on 8 GPUs: 96
+                images = batch * world if weak else batch // world * world if ddp else batch  # 100 on 8 GPUs: 96
                 row["images_per_s"], row["gpu_util_percent"] = gpu_utilisation(lambda: measure(step, batches, images))
                 if ddp:  # each rank timed the same lockstep steps of the global batch: average them
                     t = torch.tensor(row["images_per_s"] / world, device=device)
