@@ -1,7 +1,8 @@
 """Step 3: the global batch and the learning rate. Start it with torchrun or srun.
 
 global batch = processes x per-process batch x accumulation steps. Comma-separated values of
---optimizer, --batch-size, --scale and --warmup-steps run one training each (a sweep in one launch).
+--optimizer, --batch-size, --scale, --warmup-steps and --seed run one training each (a sweep in
+one launch).
 """
 import argparse
 import contextlib
@@ -35,12 +36,14 @@ p.add_argument("--reduction", default="mean", choices=["mean", "sum"])
 p.add_argument("--adam-eps", type=float, default=1e-8)
 p.add_argument("--reference", action="store_true", help="rank 0 also trains one process on the "
                "same global batches with the rule's lr (not x processes); print max|dparam|")
-p.add_argument("--seed", type=int, default=0)
+p.add_argument("--seed", default="0", help="seed(s) of the initial weights and the batch order "
+               "(comma-separated: one run per seed, to see the spread)")
 p.add_argument("--backend", default="auto", choices=["auto", "nccl", "gloo"])
 args = p.parse_args()
 optimizers, rules = args.optimizer.split(","), args.scale.split(",")
 batches = [int(b) for b in args.batch_size.split(",")]
 warmups = [int(w) for w in args.warmup_steps.split(",")]
+seeds = [int(s) for s in args.seed.split(",")]
 if not set(optimizers) <= {"sgd", "adam"} or not set(rules) <= set(RULES):
     raise SystemExit(f"error: unknown optimizer or rule in {args.optimizer!r} / {args.scale!r}: "
                      f"optimizers sgd, adam; rules {', '.join(RULES)}")
@@ -48,7 +51,8 @@ if not set(optimizers) <= {"sgd", "adam"} or not set(rules) <= set(RULES):
 rank, local_rank, world_size, device = setup_distributed(args.backend)
 # images per rank per forward pass; a batch that does not split stops us before any training
 micros = {b: per_rank_batch(b, world_size, args.accum) for b in batches}
-torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False  # to compare
+# to compare in full float32: no TF32 (fp32_precision replaces the older allow_tf32 flags)
+torch.backends.cuda.matmul.fp32_precision = torch.backends.cudnn.conv.fp32_precision = "ieee"
 train, test = load_dataset("digits")
 print0(f"{world_size} processes, backend {torch.distributed.get_backend()}, device {device.type}, "
        f"{args.epochs} epochs, loss reduction {args.reduction}")
@@ -60,12 +64,17 @@ def make_opt(params, name, lr):
     return torch.optim.Adam(params, lr=lr, eps=args.adam_eps)
 
 
-for opt_name, batch_size, rule, warmup_steps in itertools.product(optimizers, batches, rules, warmups):
+trained = set()
+runs = itertools.product(optimizers, batches, rules, warmups, seeds)
+for opt_name, batch_size, rule, warmup_steps, seed in runs:
     micro = micros[batch_size]
     base_lr = args.lr or {"sgd": 0.05, "adam": 0.002}[opt_name]
     lr = RULES[rule](base_lr, batch_size, args.base_batch)
     ddp_lr = lr * world_size if rule == "x-world" else lr
-    torch.manual_seed(args.seed)  # the same initial weights in every run and on every rank
+    if (opt_name, batch_size, lr, ddp_lr, warmup_steps, seed) in trained:
+        continue  # another rule gave the same lr (at --base-batch none, linear, sqrt do): done
+    trained.add((opt_name, batch_size, lr, ddp_lr, warmup_steps, seed))
+    torch.manual_seed(seed)  # the same initial weights in every run with this seed, on every rank
     model = ConvNet().to(device)
     ref = copy.deepcopy(model)  # the one-process reference (used on rank 0 with --reference)
     model = DDP(model, device_ids=[local_rank] if device.type == "cuda" else None)
@@ -74,7 +83,7 @@ for opt_name, batch_size, rule, warmup_steps in itertools.product(optimizers, ba
     scheds = [torch.optim.lr_scheduler.LambdaLR(o, warmup) for o in (opt, ref_opt)]
     # drop_last: only full global batches, so every micro-batch has the same size (a short last
     # batch would make the mean over micro-batches weight its images unequally)
-    sampler = DistributedSampler(train, seed=args.seed, drop_last=True)
+    sampler = DistributedSampler(train, seed=seed, drop_last=True)
     loader = DataLoader(train, batch_size=micro * args.accum, sampler=sampler, drop_last=True)
     g = torch.Generator()
     ref_loader = DataLoader(train, batch_size=batch_size, sampler=RandomSampler(train, generator=g),
@@ -91,7 +100,7 @@ for opt_name, batch_size, rule, warmup_steps in itertools.product(optimizers, ba
                 total += loss.item() / args.accum
             opt.step()
             scheds[0].step()
-        g.manual_seed(args.seed + epoch)  # the same batches as the DistributedSampler's
+        g.manual_seed(seed + epoch)  # the same batches as the DistributedSampler's
         for x, y in ref_loader if args.reference and rank == 0 else []:
             loss = F.cross_entropy(ref(x.to(device)), y.to(device), reduction=args.reduction)
             ref_opt.zero_grad()
@@ -102,8 +111,8 @@ for opt_name, batch_size, rule, warmup_steps in itertools.product(optimizers, ba
     assert_replicas_equal(model)
     if rank == 0:
         line = (f"{opt_name:4} batch {batch_size:3} = {world_size} x {micro} x {args.accum}  lr {ddp_lr:.4f} "
-                f"({rule:7}) warmup {warmup_steps:2}  {args.epochs * len(loader):3} steps  loss {loss:.4f}  "
-                f"test accuracy {accuracy(model.module, test, device):.4f}")
+                f"({rule:7}) warmup {warmup_steps:2}  seed {seed}  {args.epochs * len(loader):3} steps  "
+                f"loss {loss:.4f}  test accuracy {accuracy(model.module, test, device):.4f}")
         if args.reference:
             diff = max((a - b).abs().max().item() for a, b in zip(model.module.parameters(), ref.parameters()))
             line += f"  max|dparam| vs 1 process {diff:.0e}"
