@@ -1,0 +1,52 @@
+"""The idea diagrams (docs/images/*.svg) are exactly what tools/diagrams.py draws, are valid SVG
+with a title, fit the content column, and each is shown on a page with alt text (issue 24)."""
+import re
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+IMAGES = ROOT / "docs" / "images"
+SVG_NS = "{http://www.w3.org/2000/svg}"
+sys.path.insert(0, str(ROOT / "tools"))
+import diagrams  # noqa: E402
+
+NAMES = sorted(diagrams.DIAGRAMS)
+
+
+def test_generator_reproduces_the_committed_svgs(tmp_path):
+    subprocess.run([sys.executable, str(ROOT / "tools" / "diagrams.py"), "--out", str(tmp_path)],
+                   check=True, capture_output=True)
+    drawn = sorted(p.name for p in tmp_path.glob("*.svg"))
+    assert drawn == [f"{n}.svg" for n in NAMES]
+    for name in drawn:
+        assert (IMAGES / name).exists(), f"docs/images/{name} missing: run python tools/diagrams.py"
+        assert (tmp_path / name).read_bytes() == (IMAGES / name).read_bytes(), (
+            f"docs/images/{name} differs from what tools/diagrams.py draws: rerun it and commit both")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_svg_parses_has_a_title_and_fits(name):
+    root = ET.parse(IMAGES / f"{name}.svg").getroot()
+    assert root.tag == f"{SVG_NS}svg"
+    title = root.find(f"{SVG_NS}title")
+    assert title is not None and title.text.strip()
+    assert int(root.get("width")) <= 688  # the content column at 1280 px
+    sizes = [float(t.get("font-size", 14)) for t in root.iter(f"{SVG_NS}text")]
+    assert sizes and min(sizes) >= 13
+    style = root.find(f"{SVG_NS}style").text
+    assert "prefers-color-scheme: dark" in style  # a dark card for dark readers
+
+
+def test_every_svg_is_shown_on_a_page_with_alt_text():
+    shown = {}
+    for page in sorted((ROOT / "docs").glob("*.md")):
+        for alt, src in re.findall(r"!\[([^\]]*)\]\((images/[^)\s]+\.svg)\)", page.read_text()):
+            assert len(alt.split()) >= 5, f"{page.name}: {src} needs alt text that says what it shows"
+            shown.setdefault(Path(src).stem, []).append(page.name)
+    assert sorted(shown) == NAMES, f"pages show {sorted(shown)}, drawn: {NAMES}"
+    for src in {s for s in shown}:
+        assert (IMAGES / f"{src}.svg").exists()
