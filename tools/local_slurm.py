@@ -210,6 +210,9 @@ JobAcctGatherType=jobacct_gather/linux
 JobAcctGatherFrequency=task=5
 SchedulerParameters=batch_sched_delay=0,sched_min_interval=0,bf_interval=1,sched_interval=2
 MinJobAge=4
+# The window between SIGTERM and SIGKILL (time limit, scancel; at preemption after GraceTime):
+# Slurm's default is 30 s, sites set their own. Shorter here, so a checkpoint must be quick.
+KillWait=10
 # Job ids only grow, as on a real cluster, also across restarts of the replica (from the clock):
 # a new job never meets the logs/ and runs/ files that an earlier job with its id left behind.
 FirstJobId={100_000 + int(time.time()) % 890_000}
@@ -276,7 +279,7 @@ def write_software(venv_bin):
     site.mkdir(parents=True, exist_ok=True)
     (site / f"{roihu['module_version']}.lua").write_text(
         f'help([[Practice cluster: stands in for CSC\'s {roihu["module"]}/{roihu["module_version"]} on '
-        f'Roihu; it loads this tutorial\'s virtualenv (torch 2.14.1).]])\n'
+        f'Roihu; it loads this tutorial\'s virtualenv (torch 2.10.0, as CSC\'s default).]])\n'
         f'prepend_path("PATH", "{venv_bin}")\n'
         f'prepend_path("PATH", "{launchers}")  -- practice cluster only: before the virtualenv\n')
     # LUMI nodes mount STATE/lumi/appl on /appl and STATE/lumi/modules on the module path above.
@@ -320,6 +323,7 @@ def start_munge():
     Path("/run/munge").mkdir(parents=True, exist_ok=True)
     shutil.chown("/run/munge", "munge", "munge")
     sh("su", "-s", "/bin/sh", "munge", "-c", "/usr/sbin/munged")
+    (STATE / "made-munge").touch()  # so stop() ends only the munged that start() started
 
 
 def wait_for(what, ok, seconds=30):
@@ -328,7 +332,8 @@ def wait_for(what, ok, seconds=30):
         if ok():
             return
         time.sleep(0.1)
-    logs = "\n".join(f"--- {p}\n{p.read_text()[-1500:]}" for p in sorted([*(STATE / "log").glob("*.log"), *(STATE / "db").glob("*.log")]))
+    logs = "\n".join(f"--- {p}\n{p.read_text(errors='replace')[-1500:]}"  # (mariadb's tc.log is binary)
+                     for p in sorted([*(STATE / "log").glob("*.log"), *(STATE / "db").glob("mariadb.log")]))
     stop(quiet=True)
     raise ClusterError(f"{what} did not come up within {seconds} s\n{logs}")
 
@@ -463,8 +468,12 @@ def stop(quiet=False):
         (STATE / "made-appl").unlink()
     shutil.rmtree(STATE / "ctld", ignore_errors=True)  # no stale jobs on the next start
     shutil.rmtree(STATE / "db", ignore_errors=True)    # nor stale accounting
-    if not quiet:
-        print("local cluster stopped")
+    if quiet:
+        return
+    if (STATE / "made-munge").exists():
+        kill_pidfile("/run/munge/munged.pid")
+    shutil.rmtree(STATE, ignore_errors=True)  # logs, spool, modules: nothing is left behind
+    print(f"local cluster stopped; {STATE} removed")
 
 
 def main():
