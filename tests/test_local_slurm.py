@@ -112,7 +112,7 @@ def test_an_ordinary_user_runs_step_1s_batch_script(cluster):
         out = next(home.glob("job-*.out"))
         text = out.read_text()
         assert r.returncode == 0, (r.stdout, r.stderr, text)
-        assert out.owner() == "tutor" and "2 processes, backend gloo, device cpu" in text, text
+        assert out.owner() == "tutor" and "4 processes, backend gloo, device cpu" in text, text
         assert "test accuracy" in text, text
     finally:
         shutil.rmtree(home, ignore_errors=True)
