@@ -39,7 +39,8 @@ def without_gloo_lines(text):
     for piece in _GLOO:
         text = text.replace(piece, "")
     # What is left of them: their numbers, after the labels srun --label and torchrun --tee add.
-    return re.sub(r"^(?:\d+: )?(?:\[default\d+\]:)?\d+\n", "", text, flags=re.M)
+    # (Pieces of two ranks' lines can also leave a bare newline: drop the empty lines as well.)
+    return re.sub(r"^(?:\d+: )?(?:\[default\d+\]:)?\d*\n", "", text, flags=re.M)
 
 
 def _show(text, grep):
