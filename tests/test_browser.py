@@ -479,8 +479,8 @@ def test_header_links_to_the_repository(page, base_url):
     assert page.locator("nav.md-nav--primary a[href$='repository/']").first.is_visible()
 
 
-def search(page, base_url, query):
-    """The pages of the search results for `query`, typed into the search box, in their order."""
+def type_search(page, base_url, query):
+    """Type `query` into the search box until results show; return the box and the first result."""
     from playwright.sync_api import TimeoutError as PlaywrightTimeout
     page.set_viewport_size({"width": 1280, "height": 900})
     page.goto(base_url)
@@ -494,6 +494,12 @@ def search(page, base_url, query):
             break
         except PlaywrightTimeout:
             box.fill("")
+    return box, first
+
+
+def search(page, base_url, query):
+    """The pages of the search results for `query`, typed into the search box, in their order."""
+    type_search(page, base_url, query)
     page.wait_for_timeout(300)  # (results for the whole query, not for its first letters)
     hrefs = page.locator(".md-search-result__item a").evaluate_all("els => els.map(e => e.getAttribute('href'))")
     return list(dict.fromkeys(urlparse(h).path.removeprefix(urlparse(base_url).path) for h in hrefs))
@@ -516,21 +522,9 @@ def test_search_finds_a_pasted_error(page, base_url, query, step):
 @pytest.mark.parametrize("query, step", [("DeepSpeed", "06-deepspeed"), ("SyncBatchNorm", "02-equivalence")])
 def test_search_enter_opens_the_step_page(page, base_url, query, step):
     """Enter opens the first result: the step's page, not its notebook, nor a code dump."""
-    from playwright.sync_api import TimeoutError as PlaywrightTimeout
-    page.set_viewport_size({"width": 1280, "height": 900})
-    page.goto(base_url)
-    search = page.locator(".md-search__input")
-    search.click()
-    first = page.locator(".md-search-result__item").first
-    for _ in range(10):  # typed (Material reads keystrokes); before the search index is ready: again
-        search.press_sequentially(query)
-        try:
-            first.wait_for(timeout=2_000)
-            break
-        except PlaywrightTimeout:
-            search.fill("")
+    box, first = type_search(page, base_url, query)
     assert "Copied!" not in first.inner_text()
-    search.press("Enter")
+    box.press("Enter")
     page.wait_for_url(re.compile(re.escape(base_url) + step + "/"), timeout=10_000)
 
 
