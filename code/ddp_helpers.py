@@ -249,20 +249,24 @@ def stop_signals_blocked(enabled=True):
 # --8<-- [end:workers]
 
 
+def children(pid):
+    """The process ids whose parent is `pid` (read from /proc: a rank's loader workers)."""
+    found = []
+    for child in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{child}/stat") as f:
+                if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                    found.append(int(child))
+        except (OSError, IndexError, ValueError):
+            pass
+    return found
+
+
 def signal_like_slurm(name):
     """Send signal `name` (USR1, TERM) to this process and its children (the loader workers) at
     once, from another process, as Slurm signals every process of a step; then wait a moment,
     the rest of a real step. (A worker that gets SIGTERM from its own parent just exits.)"""
-    me = str(os.getpid())
-    pids = [me]
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                if f.read().rsplit(")", 1)[1].split()[1] == me:  # its parent is this process
-                    pids.append(pid)
-        except OSError:
-            pass
-    subprocess.run(["kill", f"-{name}", *pids], check=True)
+    subprocess.run(["kill", f"-{name}", str(os.getpid()), *map(str, children(os.getpid()))], check=True)
     time.sleep(0.5)
 
 

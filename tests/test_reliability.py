@@ -56,13 +56,6 @@ def _start_as_srun(args, ntasks=2):
     return procs
 
 
-def _ppid(proc_dir):
-    try:
-        return int((proc_dir / "stat").read_text().rsplit(")", 1)[1].split()[1])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
 def _finish(procs, timeout=300):
     outs = [p.communicate(timeout=timeout)[0] for p in procs]
     return [p.returncode for p in procs], outs[0], outs
@@ -81,7 +74,7 @@ def test_sigterm_stops_mid_epoch_and_every_rank_resumes_its_own_random_numbers(t
     # As Slurm signals a step: rank 1 and its loader workers (--workers 2) at once, from outside
     # (a worker signalled by its parent would just exit). The workers ignore it (ignore_stop_signals).
     for _ in range(600):  # the workers start with the first batch
-        children = [int(p.name) for p in Path("/proc").glob("[0-9]*") if _ppid(p) == procs[1].pid]
+        children = h.children(procs[1].pid)
         if len(children) == 2:
             break
         time.sleep(0.05)
