@@ -55,6 +55,14 @@ def test_shellcheck(path):
     assert r.returncode == 0, r.stdout
 
 
+def test_sbatch_lines_fit_80_characters():
+    """Batch scripts are read on the page in a column of about 80 characters (issue 24): wrap
+    comments and long commands (`\\`), move long explanations into the page."""
+    long = [f"{p.name}:{n}: {len(line)} characters" for p in SBATCH
+            for n, line in enumerate(p.read_text().splitlines(), 1) if len(line) > 80]
+    assert not long, "sbatch lines over 80 characters:\n" + "\n".join(long)
+
+
 @pytest.mark.parametrize("path", SBATCH, ids=lambda p: p.name)
 def test_srun_gets_the_cpus_sbatch_asked_for(path):
     """Since Slurm 22.05 srun no longer inherits --cpus-per-task: without SRUN_CPUS_PER_TASK a
