@@ -7,7 +7,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PORT ?= 8000
 
-.PHONY: site build test install system-deps cluster-start cluster-stop clean gpu-check
+.PHONY: site build test install system-deps cluster-start cluster-stop clean gpu-check cluster-env
 
 $(VENV)/.installed: requirements.txt constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +38,12 @@ cluster-start: install system-deps
 
 cluster-stop:
 	$(PY) tools/local_slurm.py stop
+
+# On a cluster's login node (Roihu, LUMI, other), no root: a small venv on the cluster's own
+# PyTorch (module or container) in DIR (default: the project's application directory when
+# SBATCH_ACCOUNT names the project) and the Jupyter kernel "ddp-tutorial" (issue 26).
+cluster-env:
+	bash tools/cluster-setup.sh $(DIR)
 
 # On a GPU machine, with its own Python and torch (no venv): every step's script on nccl + CUDA and
 # step 10's ladder -> benchmarks/gpu-<device>.json. ARGS: --list, --only NAME,..., --missing (issue 27).
