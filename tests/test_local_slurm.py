@@ -33,7 +33,7 @@ def test_nodes_and_partitions_are_the_tables(cluster):
 
 
 def test_srun_spans_both_nodes_of_each_cluster(cluster):
-    r = sh("srun -p gputest -N2 --gres=gpu:gh200:1 -t 1 hostname | sort", cluster)
+    r = sh("srun -p gputest -A project_2001234 -N2 --gres=gpu:gh200:1 -t 1 hostname | sort", cluster)
     assert r.stdout.split() == ["r01g01", "r01g02"], r.stderr
     r = sh("srun -p dev-g -A project_462000000 -N2 --gpus-per-node=1 -t 1 hostname | sort", cluster)
     assert r.stdout.split() == ["nid005000", "nid005001"], r.stderr
@@ -45,7 +45,7 @@ def test_names_resolve_as_on_a_real_cluster(cluster, tmp_path):
     script = tmp_path / "names.sh"
     script.write_text("getent ahostsv4 $(hostname) | cut -d' ' -f1 | sort -u\ngetent hosts nid005001\n"
                       "python3 -c \"import socket; print(socket.getnameinfo(('::ffff:10.77.0.14', 0, 0, 0), 0)[0])\"\n")
-    r = sh(f"srun -p gputest --gres=gpu:gh200:1 -w r01g02 -t 1 bash {script}", cluster)
+    r = sh(f"srun -p gputest -A project_2001234 --gres=gpu:gh200:1 -w r01g02 -t 1 bash {script}", cluster)
     assert r.stdout.split() == ["10.77.0.12", "10.77.0.14", "nid005001", "nid005001"], (r.stdout, r.stderr)
     hosts = open("/etc/hosts").read()
     assert not any(name in hosts for name in local_slurm.NODES)
@@ -56,7 +56,7 @@ PINNED_TORCH = re.search(r"^torch==(\S+)", (Path(__file__).parent.parent / "requ
 
 
 def test_each_cluster_has_its_own_software(cluster):
-    roihu = sh("srun -p gputest --gres=gpu:gh200:1 -t 1 bash -lc 'module load python-pytorch && "
+    roihu = sh("srun -p gputest -A project_2001234 --gres=gpu:gh200:1 -t 1 bash -lc 'module load python-pytorch && "
                "python -c \"import torch; print(torch.__version__)\"; module use /appl/local/laifs/modules; "
                "module load lumi-aif-singularity-bindings'", cluster)
     assert roihu.stdout.startswith(PINNED_TORCH) and "lumi-aif-singularity-bindings" in roihu.stderr, roihu.stderr
@@ -68,12 +68,12 @@ def test_each_cluster_has_its_own_software(cluster):
 
 
 def test_gpus_are_handed_out_but_torch_sees_none(cluster):
-    r = sh("srun -p gputest --gres=gpu:gh200:2 -t 1 bash -c 'echo $SLURM_GPUS_ON_NODE $CUDA_VISIBLE_DEVICES'", cluster)
+    r = sh("srun -p gputest -A project_2001234 --gres=gpu:gh200:2 -t 1 bash -c 'echo $SLURM_GPUS_ON_NODE $CUDA_VISIBLE_DEVICES'", cluster)
     assert r.stdout.split() == ["2", "0,1"], r.stderr
 
 
 def test_sacct_knows_finished_jobs(cluster, tmp_path):
-    r = sh(f"sbatch --parsable --wait -o {tmp_path}/out -p gputest --gres=gpu:gh200:1 -t 1 --wrap 'exit 3'", cluster)
+    r = sh(f"sbatch --parsable --wait -o {tmp_path}/out -p gputest -A project_2001234 --gres=gpu:gh200:1 -t 1 --wrap 'exit 3'", cluster)
     job = r.stdout.strip()
     for _ in range(100):  # slurmctld sends the record to slurmdbd a moment after the job ends
         r = sh(f"sacct -n -X -P -j {job} -o JobID,JobName,Partition,Account,State,ExitCode", cluster)

@@ -35,6 +35,7 @@ BRIDGE, BRIDGE_IP, SUBNET = "ddpslurm0", "10.77.0.1", "10.77.0"
 PORTS = {"slurmctld": 6917, "slurmd": 6918, "mariadb": 6919, "slurmdbd": 6920}  # not Slurm's defaults
 LMOD_INIT = "/usr/share/lmod/lmod/init/bash"
 APPL = Path("/appl")  # LUMI's software tree path; created empty, filled only inside LUMI nodes
+NO_PROJECT = "no_project"  # every user's default account: a job without --account is refused
 # --8<-- [end:settings]
 NODES = {}  # node name -> (cluster key, address)
 for _key, _c in CLUSTERS.items():
@@ -127,7 +128,7 @@ def partition_lines(key, c):
         lo, hi = p["nodes"]
         line = (f"PartitionName={p['name']} Nodes={nodes} MaxTime={minutes(p['max_time'])} "
                 f"MinNodes={lo} MaxNodes={hi} QOS={p['name']} "
-                f"AllowAccounts={','.join(p.get('allow_accounts', c['accounts']))} State=UP")
+                f"AllowAccounts={','.join(p.get('allow_accounts', c['accounts'] + [NO_PROJECT]))} State=UP")
         if "mem_per_gpu_gib" in alloc:  # memory follows the GPUs (Roihu's allocation type G)
             line += f" DefMemPerGPU={alloc['mem_per_gpu_gib'] * 1024}"
         if p.get("whole_nodes"):
@@ -366,8 +367,15 @@ def start_accounting(qos):
         for acct in c["accounts"]:
             cmds.append(f"add account {acct} Description='{c['name']} project' Organization=practice")
             cmds += [f"add user {user} Account={acct}" for user in users]
-    # jobs without --account are charged to the first Roihu project, as to a real default project
-    cmds += [f"modify user {user} set DefaultAccount={CLUSTERS['roihu']['accounts'][0]}" for user in users]
+    # A job without --account is refused, as on Roihu and LUMI (CSCfi/csc-user-guide
+    # creating-job-scripts-roihu.md; lumi-userguide runjobs/scheduled-jobs/batch-job.md): it is
+    # charged to the user's default account, which may submit nothing. MaxSubmitJobs gives CSC's
+    # "AssocMaxSubmitJobLimit"; GrpSubmitJobs also holds on LUMI's partitions, whose QOS has a
+    # per-user submit limit of its own (a partition QOS limit overrides the association's).
+    cmds.append(f"add account {NO_PROJECT} Description='jobs without --account' Organization=practice")
+    cmds.append(f"modify account {NO_PROJECT} set GrpSubmitJobs=0")
+    cmds += [f"add user {user} Account={NO_PROJECT} MaxSubmitJobs=0" for user in users]
+    cmds += [f"modify user {user} set DefaultAccount={NO_PROJECT}" for user in users]
     sacctmgr(cmds)
 
 
