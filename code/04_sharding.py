@@ -56,8 +56,10 @@ sampler = DistributedSampler(train, seed=args.seed)  # each rank reads its own 1
 # Worker processes seed their RNGs from this generator: a per-rank seed, so random
 # augmentations differ between ranks (with the global RNG they would be the same on all ranks).
 g = torch.Generator().manual_seed(args.seed + 1000 * rank)
-loader = DataLoader(train, batch_size=batch, sampler=sampler, num_workers=args.num_workers,
-                    generator=g, persistent_workers=args.num_workers > 0)
+# fork, asked for: Python 3.14's default (forkserver) would run this file again in each worker
+loader = DataLoader(train, batch_size=batch, sampler=sampler, num_workers=args.num_workers, generator=g,
+                    persistent_workers=args.num_workers > 0,
+                    multiprocessing_context="fork" if args.num_workers else None)
 # --8<-- [end:data]
 model = ConvNet(image_size=train[0][0].shape[-1]).to(device)
 model = DDP(model, device_ids=[local_rank] if device.type == "cuda" else None)

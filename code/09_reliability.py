@@ -136,8 +136,10 @@ for epoch in range(start_epoch, args.epochs):
     # The data position: this epoch's indices for this rank, minus the batches already done.
     rest = list(sampler)[start_step * batch:]
     ignore = args.worker_signals == "ignore"  # the workers must outlive Slurm's signals
-    loader = DataLoader(train, batch_size=batch, sampler=rest, generator=loader_rng,
-                        num_workers=args.workers, worker_init_fn=ignore_stop_signals if ignore else None)
+    # fork, asked for: Python 3.14's default (forkserver) would run this file again in each worker
+    loader = DataLoader(train, batch_size=batch, sampler=rest, generator=loader_rng, num_workers=args.workers,
+                        multiprocessing_context="fork" if args.workers else None,
+                        worker_init_fn=ignore_stop_signals if ignore else None)
     with stop_signals_blocked(ignore):  # the workers start here
         batches = iter(loader)
     for step, (x, y) in enumerate(batches, start=start_step):
