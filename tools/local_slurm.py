@@ -36,6 +36,10 @@ PORTS = {"slurmctld": 6917, "slurmd": 6918, "mariadb": 6919, "slurmdbd": 6920}  
 LMOD_INIT = "/usr/share/lmod/lmod/init/bash"
 APPL = Path("/appl")  # LUMI's software tree path; created empty, filled only inside LUMI nodes
 NO_PROJECT = "no_project"  # every user's default account: a job without --account is refused
+# Each node's own local disk, a folder STATE/nodes/<node> that only that node mounts: on Roihu
+# nodes at NVME, where each job gets $TMPDIR (NVME/job_<id>/tmp, emptied when the job ends);
+# on LUMI nodes as /tmp (LUMI's /tmp is the node's RAM, cleaned after each job).
+NVME = Path("/run/nvme")
 # --8<-- [end:settings]
 NODES = {}  # node name -> (cluster key, address)
 for _key, _c in CLUSTERS.items():
@@ -219,6 +223,12 @@ KillWait=10
 FirstJobId={100_000 + int(time.time()) % 890_000}
 ReturnToService=2
 SlurmdParameters=config_overrides
+# Roihu's per-job $TMPDIR on the node's local disk: made on every node at the start, exported to
+# each task, removed at the end (see node_disk_scripts()).
+PrologFlags=Alloc
+Prolog={STATE}/prolog.sh
+Epilog={STATE}/epilog.sh
+TaskProlog={STATE}/task-prolog.sh
 GresTypes=gpu
 """
     gres = ["AutoDetect=off"]
@@ -235,6 +245,7 @@ GresTypes=gpu
     (STATE / "gres.conf").write_text("\n".join(gres) + "\n")
     (STATE / "cgroup.conf").write_text("CgroupPlugin=autodetect\n")
     (STATE / "job_submit.lua").write_text(job_submit_lua())
+    node_disk_scripts()
     dbd = STATE / "slurmdbd.conf"
     dbd.write_text(f"""AuthType=auth/munge
 DbdHost=localhost
@@ -260,6 +271,22 @@ LogFile={logs}/slurmdbd.log
     write_software(venv_bin)
     (STATE / "env.sh").write_text("".join(f"export {k}={v}\n" for k, v in env().items()))
     return qos
+
+
+def node_disk_scripts():
+    """Prolog (root, each node, job start), Epilog (job end), TaskProlog (each task): a Roihu
+    node makes NVME/job_<id>/tmp, the task gets it as TMPDIR, the job's end removes it."""
+    roihu = "|".join(CLUSTERS["roihu"]["node"]["names"])
+    job = f"{NVME}/job_$SLURM_JOB_ID"
+    scripts = {
+        "prolog.sh": f'case "$SLURMD_NODENAME" in {roihu})\n'
+                     f'  mkdir -p "{job}/tmp" && chown -R "$SLURM_JOB_UID" "{job}" && chmod 700 "{job}";;\nesac\n',
+        "epilog.sh": f'case "$SLURMD_NODENAME" in {roihu}) rm -rf "{job}";; esac\nexit 0\n',
+        "task-prolog.sh": f'if [ -d "{job}/tmp" ]; then echo "export TMPDIR={job}/tmp"; fi\n',
+    }
+    for name, body in scripts.items():
+        (STATE / name).write_text("#!/bin/sh\n# Written by tools/local_slurm.py: each node's local disk.\n" + body)
+        (STATE / name).chmod(0o755)
 
 
 def write_software(venv_bin):
@@ -391,9 +418,16 @@ def start_node(name):
     key = NODES[name][0]
     conf = STATE / "slurm.conf"
     mounts = [f"mount --bind {STATE}/hosts /etc/hosts", f"mount --bind {STATE}/resolv.conf /etc/resolv.conf"]
+    disk = STATE / "nodes" / name  # this node's local disk: no other node mounts it
     if key == "lumi":
+        # /tmp of its own, carrying the cluster's state folder (a mount point inside it) along;
+        # first, so that the binds below land in the state folder this node sees
+        inner = disk / STATE.relative_to("/tmp") if STATE.is_relative_to("/tmp") else None
+        mounts += ([f"mount --bind {STATE} {inner}"] if inner else []) + [f"mount --rbind {disk} /tmp"]
         mounts += [f"mount --bind {STATE}/lumi/appl {APPL}",
                    f"mount --bind {STATE}/lumi/modules {STATE}/modules/site"]
+    else:
+        mounts += [f"mount --bind {disk} {NVME}"]
     # Not `ip netns exec`: it remounts /sys and slurmd then cannot find the cgroup fs.
     sh("nsenter", f"--net=/run/netns/ddp-{name}", "unshare", "--uts", "--mount", "sh", "-c",
        "; ".join(mounts + [f"hostname {name}", f"exec slurmd -f {conf} -N {name}"]),
@@ -408,6 +442,15 @@ def start(venv_bin=None):
     stop(quiet=True)  # a stale cluster (crashed test run, killed session) is cleaned first
     for d in ["ctld", "log", *(f"spool/{n}" for n in NODES)]:
         (STATE / d).mkdir(parents=True, exist_ok=True)
+    for name, (key, _) in NODES.items():  # each node's local disk (see NVME)
+        disk = STATE / "nodes" / name
+        disk.mkdir(parents=True, exist_ok=True)
+        disk.chmod(0o1777)  # a /tmp: every user may write, only the owner removes
+        if key == "lumi" and STATE.is_relative_to("/tmp"):
+            (disk / STATE.relative_to("/tmp")).mkdir(parents=True, exist_ok=True)
+    if not NVME.exists():
+        NVME.mkdir(parents=True)
+        (STATE / "made-nvme").touch()
     for name, (key, _) in NODES.items():  # fake GPUs: character devices Slurm's gres plugin hands out
         (STATE / "dev" / name).mkdir(parents=True, exist_ok=True)
         for i in range(CLUSTERS[key]["node"]["gpus"]):
@@ -474,6 +517,9 @@ def stop(quiet=False):
     if (STATE / "made-appl").exists():
         shutil.rmtree(APPL, ignore_errors=True)
         (STATE / "made-appl").unlink()
+    if (STATE / "made-nvme").exists():
+        shutil.rmtree(NVME, ignore_errors=True)
+        (STATE / "made-nvme").unlink()
     shutil.rmtree(STATE / "ctld", ignore_errors=True)  # no stale jobs on the next start
     shutil.rmtree(STATE / "db", ignore_errors=True)    # nor stale accounting
     if quiet:
