@@ -55,6 +55,41 @@ def test_shellcheck(path):
     assert r.returncode == 0, r.stdout
 
 
+# A notebook that prints a placeholder for a value that varies (re.sub(r"pid \d+", "pid N", ...))
+PLACEHOLDER_CALL = re.compile(r"""(?:re\.sub\(r?(?:"[^"]*"|'[^']*'),|\.replace\([^,()]+,)\s*r?("[^"]*"|'[^']*')""")
+
+
+def test_masked_values_are_explained_where_they_appear(site_dir):
+    """Every notebook output in which the notebook replaced a varying value by a placeholder
+    (epoch E, job-JOBID, pid N, <pid>, ...) gets the hook's one-line note, on the step page that
+    includes it and on the notebook page; an output without placeholders gets none (squeue's
+    own JOBID column is no placeholder)."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    import mkdocs_hooks
+
+    assert "<code>E</code> (the epoch)" in mkdocs_hooks.masked_note("stopped in epoch E after batch B of 15")
+    assert mkdocs_hooks.masked_note("   JOBID PARTITION     NAME     USER ST") == ""
+    cells = []
+    for nb in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        for cell in json.loads(nb.read_text())["cells"]:
+            for repl in PLACEHOLDER_CALL.findall("".join(cell["source"])):
+                if re.search(r"\b[A-Z]\b|JOBID|<[a-z ]+>|\.\.\./", re.sub(r"\\\d", " ", repl)):
+                    text = "".join("".join(o.get("text", "")) for o in cell.get("outputs", []))
+                    cells.append(nb.name)
+                    assert mkdocs_hooks.masked_note(text), f"{nb.name}: {repl} printed, not explained:\n{text[:300]}"
+                    tag = (cell["metadata"].get("tags") or [None])[0]
+                    if tag:
+                        shown = mkdocs_hooks._output(ROOT, f"notebooks/{nb.name}", tag)
+                        assert shown.startswith('<p class="masked-note">'), (nb.name, tag)
+    assert {"09-reliability.ipynb", "11-debugging.ipynb"} <= set(cells), cells
+    page = ('<div class="jp-OutputArea-output"><pre>stopped in epoch E after batch B of 15</pre></div>'
+            '<div class="jp-OutputArea-output"><pre>epoch 1 loss 0.5</pre></div>')
+    out = mkdocs_hooks.NOTEBOOK_OUTPUT.sub(mkdocs_hooks._note_masks, page)
+    assert out.count('class="masked-note"') == 1 and out.index("masked-note") < out.index("epoch E")
+    for built in ["09-reliability", "notebooks/09-reliability", "11-debugging", "notebooks/11-debugging"]:
+        assert 'class="masked-note"' in (site_dir / built / "index.html").read_text(), built
+
+
 def test_sbatch_lines_fit_80_characters():
     """Batch scripts are read on the page in a column of about 80 characters (issue 24): wrap
     comments and long commands (`\\`), move long explanations into the page."""

@@ -4,7 +4,9 @@ In a page's Markdown:
     <!-- diff code/01_single.py code/01_ddp.py -->      a unified diff of the two real files
     <!-- output notebooks/01-ddp.ipynb compare -->      the stored outputs of the notebook cell
                                                        tagged `compare` (nbval checks they are
-                                                       what the code prints today)
+                                                       what the code prints today), after a
+                                                       one-line note when they show placeholders
+                                                       (`epoch E`, `job-JOBID`: see MASKS)
     <!-- fact port -->                                 (inline, also inside `code`) a shared
                                                        fact read from the file that defines it,
                                                        see FACTS; tests/test_consistency.py
@@ -80,6 +82,38 @@ def _diff(root, a, b):
     return "```diff\n" + "\n".join(lines) + "\n```"
 
 
+# Values that change from run to run (where a signal lands, process and job ids) are printed by
+# the notebooks as placeholders, so that nbval can compare the rest of the output (issue 24).
+# Where an output shows one, a one-line note before it says what each stands for.
+MASKS = [  # (the placeholder in its context, the placeholder, what it stands for)
+    (r"\bepoch E\b", "E", "the epoch"),
+    (r"\bafter batch B\b|\bB of \d+ batches", "B", "the batch"),
+    (r"\bS steps\b", "S", "the steps done"),
+    (r"\bpid N\b", "N", "a process id"),
+    (r"\bPID <pid>", "<pid>", "a process id"),
+    (r"job-JOBID\b", "JOBID", "the Slurm job's number"),
+    (r"<job id>", "<job id>", "the Slurm job's number"),
+    (r"<run id>_", "<run id>", "torchrun's run id"),
+    (r"<run id>_<random>|<job id>_<random>", "<random>", "a name torchrun picks at random"),
+    (r"\.\.\./(site-packages|code)/", "...", "the start of a path on this machine"),
+]
+
+
+def masked_note(text):
+    """The note for an output that shows placeholders ('' when it shows none)."""
+    found = {}  # what it stands for: its placeholders
+    for pattern, shown, meaning in MASKS:
+        if re.search(pattern, text) and shown not in found.setdefault(meaning, []):
+            found[meaning].append(shown)
+    found = {m: p for m, p in found.items() if p}
+    if not found:
+        return ""
+    items = "; ".join(" or ".join(f"<code>{html.escape(p)}</code>" for p in shown) + f" ({meaning})"
+                      for meaning, shown in found.items())
+    return ('<p class="masked-note">Placeholders for values that differ from run to run (or machine '
+            f"to machine), so that the tests can compare the rest of this output: {items}.</p>")
+
+
 def _output(root, notebook, tag):
     cells = [c for c in json.loads((root / notebook).read_text())["cells"]
              if tag in c.get("metadata", {}).get("tags", [])]
@@ -98,7 +132,8 @@ def _output(root, notebook, tag):
             parts.append("```text\n" + "".join(data["text/plain"]).rstrip() + "\n```")
     if not parts:
         raise ValueError(f"{notebook}: the cell tagged {tag!r} has no output: run the notebook")
-    return "\n\n".join(parts)
+    note = masked_note("".join("".join(o.get("text", "")) for o in cells[0].get("outputs", [])))
+    return "\n\n".join(([note] if note else []) + parts)
 
 
 def repository_files(root):
@@ -364,7 +399,16 @@ def on_page_content(content, page, config, files):
         if title:
             page.title = title
         page.meta = {**(page.meta or {}), "search": {"exclude": True}}
+        return NOTEBOOK_OUTPUT.sub(_note_masks, _wrap_between_words(content))
     return _wrap_between_words(content)
+
+
+NOTEBOOK_OUTPUT = re.compile(r'(<div class="[^"]*\bjp-OutputArea-output\b[^"]*"[^>]*>)(\s*<pre>.*?</pre>)', re.S)
+
+
+def _note_masks(m):
+    """A notebook page's output that shows placeholders gets the same note as the step pages."""
+    return m.group(1) + masked_note(html.unescape(re.sub(r"<[^>]+>", "", m.group(2)))) + m.group(2)
 
 
 def _copy_files(root, site_dir):
