@@ -12,6 +12,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -75,10 +76,14 @@ def submit(sbatch_file, *options, check=True, grep=None):
     """Submit an sbatch file unchanged, wait for the job, print and return its output.
 
     On a login node this is your real cluster: set SBATCH_ACCOUNT=project_... first (sbatch
-    reads it) and expect to wait for the queue. In the tests it is the local cluster.
+    reads it). There it says where the job goes, shows its place in the queue while it waits,
+    and stops waiting after JOBS_WAIT_LIMIT seconds (job_result(id) reads it later). In the
+    tests it is the practice cluster, and the cells print what they always printed.
     grep: as in run(), print only the distinct lines containing this text, sorted.
     """
     (ROOT / "logs").mkdir(exist_ok=True)
+    if not _practice():
+        return _submit_and_watch(sbatch_file, options, check, grep)
     cmd = ["sbatch", "--parsable", "--wait", f"--output={ROOT}/logs/job-%j.out", *options, sbatch_file]
     print(f"$ sbatch {' '.join([*options, sbatch_file])}")
     r = subprocess.run(cmd, cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -131,3 +136,116 @@ def wait_job(job_id, until=None, timeout=300):
             raise RuntimeError(f"job {job_id} ended ({state or 'left the queue'}) before printing {until!r}:\n{out}")
         time.sleep(1)
     raise RuntimeError(f"job {job_id}: still waiting after {timeout} s")
+
+
+# --8<-- [start:queue]
+# On a real cluster (not the tests' practice cluster, whose stored outputs stay as they are):
+# say where a job goes, refuse the batch scripts' placeholder projects before submitting, show
+# squeue's state and reason while the job waits, and stop waiting after JOBS_WAIT_LIMIT seconds.
+PLACEHOLDER_ACCOUNTS = ("project_2001234", "project_462000000")  # in slurm/*.sbatch
+FINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
+         "BOOT_FAIL", "DEADLINE", "PREEMPTED")
+
+
+def _practice():
+    """True on the tests' practice cluster (tools/local_slurm.py, ClusterName=practice), unless
+    JOBS_AS_REAL_CLUSTER=1 (the tests of the real-cluster path)."""
+    if os.environ.get("JOBS_AS_REAL_CLUSTER") == "1":
+        return False
+    try:
+        return "ClusterName=practice" in Path(os.environ["SLURM_CONF"]).read_text()
+    except (KeyError, OSError):
+        return False
+
+
+def _sbatch_setting(name, short, options, sbatch_file):
+    """Where sbatch takes --account / --partition from: options, then SBATCH_*, then the file."""
+    for i, opt in enumerate(options):
+        if opt.startswith(f"--{name}="):
+            return opt.split("=", 1)[1], "option"
+        if opt in (f"--{name}", short) and i + 1 < len(options):
+            return options[i + 1], "option"
+    if os.environ.get(f"SBATCH_{name.upper()}"):
+        return os.environ[f"SBATCH_{name.upper()}"], f"SBATCH_{name.upper()}"
+    text = (ROOT / sbatch_file).read_text() if (ROOT / sbatch_file).exists() else ""
+    m = re.search(rf"^#SBATCH\s+(?:--{name}=|{short}\s+)(\S+)", text, flags=re.M)
+    return (m.group(1), sbatch_file) if m else (None, None)
+
+
+def _squeue(job_id):
+    r = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T|%r"], env=_env(),
+                       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    state, _, reason = r.stdout.strip().partition("|")
+    return state, reason
+
+
+def _exit_code(job_id):
+    """The finished job's exit code: sacct, or scontrol while Slurm still remembers the job."""
+    for cmd, pattern in ((["sacct", "-n", "-X", "-P", "-j", job_id, "-o", "ExitCode"], r"^(\d+):(\d+)"),
+                         (["scontrol", "show", "job", job_id], r"ExitCode=(\d+):(\d+)")):
+        r = subprocess.run(cmd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        m = re.search(pattern, r.stdout, flags=re.M)
+        if m:
+            code, sig = int(m.group(1)), int(m.group(2))
+            return code or (128 + sig if sig else 0)
+    return None
+
+
+def _submit_and_watch(sbatch_file, options, check, grep):
+    cluster = re.search(r"ClusterName\s*=\s*(\S+)", subprocess.run(
+        ["scontrol", "show", "config"], env=_env(), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+        text=True).stdout)
+    account, source = _sbatch_setting("account", "-A", options, sbatch_file)
+    partition, _ = _sbatch_setting("partition", "-p", options, sbatch_file)
+    if account is None or (account in PLACEHOLDER_ACCOUNTS and source == sbatch_file):
+        why = f"{sbatch_file} names the placeholder {account}" if account else "none is set"
+        raise SystemExit(f"error: no project account for the job ({why}): run "
+                         "%env SBATCH_ACCOUNT=project_<number> in a cell (your project), then this cell again")
+    print(f"cluster {cluster.group(1) if cluster else '?'}, partition {partition or '(default)'}, "
+          f"account {account} (from {source})")
+    cmd = ["sbatch", "--parsable", f"--output={ROOT}/logs/job-%j.out", *options, sbatch_file]
+    print(f"$ sbatch {' '.join([*options, sbatch_file])}")
+    r = subprocess.run(cmd, cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    m = re.match(r"(\d+)", r.stdout)
+    if not m:
+        raise RuntimeError(f"sbatch refused the job: {r.stderr.strip()}")
+    job_id = m.group(1)
+    limit = float(os.environ.get("JOBS_WAIT_LIMIT", 1800))
+    start_time, shown, state = time.monotonic(), None, ""
+    while True:
+        state, reason = _squeue(job_id)
+        if state in ("", *FINAL):
+            break
+        waited = int(time.monotonic() - start_time)
+        status = f"job {job_id}: {state}" + (f" ({reason})" if reason and reason != "None" else "")
+        # One line per state; the time on it is rewritten in place (\r), not printed again.
+        print(("\n" if shown not in (None, status) else "\r") + f"{status}, {waited // 60}:{waited % 60:02d} waited",
+              end="", flush=True)
+        shown = status
+        if waited >= limit:
+            print(f"\nstopped waiting after {int(limit)} s (JOBS_WAIT_LIMIT); the job stays in the queue.\n"
+                  f"Later: job_result(\"{job_id}\") in a cell prints its output (squeue -j {job_id} shows it meanwhile).")
+            raise SystemExit(f"job {job_id} is still {state}: read it later with job_result(\"{job_id}\")")
+        time.sleep(2 if waited < 30 else 10)
+    if shown is not None:
+        print()
+    return job_result(job_id, check=check, grep=grep)
+
+
+def job_result(job_id, check=True, grep=None):
+    """A submitted job's output, by its id: prints how it ended and its output, as submit() does
+    (a cell that stopped waiting can pick the job up later). None while the job is still queued."""
+    job_id = str(job_id)
+    state, reason = _squeue(job_id)
+    if state and state not in FINAL:
+        print(f"job {job_id} is {state}" + (f" ({reason})" if reason and reason != "None" else "")
+              + ": not finished yet, try again later")
+        return None
+    code = _exit_code(job_id)
+    out = job_output(job_id)
+    print(f"job {job_id} ended with exit code {'unknown' if code is None else code}; its output:")
+    _show(out, grep)
+    if check and code:
+        raise RuntimeError(f"job {job_id} failed with exit code {code}")
+    return out
+# --8<-- [end:queue]
