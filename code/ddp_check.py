@@ -1,0 +1,240 @@
+"""ddp_check: one call that says, one line each, whether a DDP run does what you think.
+
+Copy this file beside your training script (it needs only Python and PyTorch) and call it
+once, on every rank, after the model, the loader and its sampler exist:
+
+    import ddp_check
+    ddp_check.check(model, loader, global_batch=args.batch_size)
+
+It prints from rank 0 (from rank 0 only), lines that begin `ddp_check:` and say `ok`, `note`
+or `PROBLEM`:
+
+- world    the processes vs what Slurm allocated (tasks, nodes, GPUs) and how they started;
+- shards   whether every rank's loader yields samples of its own;
+- epoch    whether the sampler gets a new epoch (said again if an epoch repeats its order);
+- batch    the global batch (all ranks' per-rank batches) vs the one you meant;
+- replicas whether all copies of the model are equal after a training step;
+- exits    a rank that stops training (model.eval(), barrier, destroy_process_group) while
+           others still train says so and stops the job, instead of a hang until the time limit;
+- threads  CPU threads per process vs the cores each process has.
+
+It adds no work to the training steps except one small comparison after the first step.
+"""
+import datetime
+import os
+import socket
+import zlib
+
+import torch
+import torch.distributed as dist
+
+_state = {"steps": 0, "since": 0}  # training steps: since check(), since the ranks last met
+
+
+def _say(name, verdict, text):
+    if dist.get_rank() == 0:
+        print(f"ddp_check: {name:<8} {verdict:<7} {text}", flush=True)
+
+
+def _gather(obj):
+    out = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj, group=_state["group"])
+    return out
+
+
+def _env_int(name):
+    value = os.environ.get(name, "")
+    return int(value) if value.isdigit() else None
+
+
+def _world():
+    world = dist.get_world_size()
+    hosts = _gather(socket.gethostname())
+    nodes = len(set(hosts))
+    per_node = max(hosts.count(h) for h in set(hosts))
+    torchrun = "TORCHELASTIC_RUN_ID" in os.environ
+    launcher = "torchrun" if torchrun else "srun" if "SLURM_PROCID" in os.environ else "?"
+    here = f"{world} processes on {nodes} node{'s' if nodes > 1 else ''} ({launcher})"
+    tasks, job_nodes = _env_int("SLURM_NTASKS"), _env_int("SLURM_JOB_NUM_NODES")
+    gpus = _env_int("SLURM_GPUS_ON_NODE")
+    if tasks is None:
+        return _say("world", "ok", f"{here}, not in a Slurm job")
+    slurm = f"Slurm: {tasks} task{'s' if tasks > 1 else ''} on {job_nodes} node" + (
+        "s" if job_nodes > 1 else "") + (f", {gpus} GPUs per node" if gpus else "")
+    if torchrun and tasks != nodes:
+        return _say("world", "PROBLEM", f"{here}; {slurm}: with torchrun start one task per "
+                    f"node (--ntasks-per-node=1), or these are {tasks} separate worlds")
+    if not torchrun and world != tasks:
+        return _say("world", "PROBLEM", f"{here}; {slurm}: every task should be one rank")
+    if job_nodes and nodes != job_nodes:
+        return _say("world", "PROBLEM", f"{here}; {slurm}: some nodes run nothing")
+    if gpus and per_node != gpus:
+        return _say("world", "PROBLEM", f"{here}; {slurm}: start one process per GPU "
+                    f"({gpus} per node: --ntasks-per-node or --nproc_per_node)")
+    _say("world", "ok", f"{here}; {slurm}")
+
+
+def _indices(sampler):
+    """The sample indices this rank's sampler gives this epoch, without changing any RNG."""
+    rng = torch.get_rng_state()
+    try:
+        return [int(i) for i in sampler]
+    finally:
+        torch.set_rng_state(rng)
+
+
+def _shards(loader, epoch):
+    sampler = getattr(loader, "sampler", None)
+    if sampler is None or type(sampler).__name__ == "_InfiniteConstantSampler":
+        return _say("shards", "note", "an IterableDataset: make sure each rank reads its own part")
+    mine = _indices(sampler)
+    everyone = _gather((zlib.crc32(repr(mine).encode()), len(mine), mine[:4096]))
+    world = len(everyone)
+    distinct = len(set().union(*(set(i) for _, _, i in everyone)))
+    total = sum(n for _, n, _ in everyone)
+    if world > 1 and len({c for c, _, _ in everyone}) == 1:
+        _say("shards", "PROBLEM", f"all {world} ranks read the same {everyone[0][1]} samples in "
+             f"the same order: {world} times the work. Use DistributedSampler(dataset)")
+    elif world > 1 and distinct < min(total, sum(len(i) for _, _, i in everyone)) * 0.9:
+        _say("shards", "PROBLEM", f"the {world} ranks' samples overlap ({distinct} distinct "
+             f"of {total} read): each rank needs its own shard (DistributedSampler)")
+    else:
+        _say("shards", "ok", f"each of {world} ranks reads its own {everyone[0][1]} samples")
+    if not hasattr(sampler, "set_epoch"):
+        return _say("epoch", "ok" if world == 1 else "note",
+                    f"{type(sampler).__name__} has no set_epoch")
+    if not getattr(sampler, "shuffle", True):
+        return _say("epoch", "ok", "the sampler does not shuffle: every epoch has one order")
+    if epoch is not None and sampler.epoch != epoch:
+        return _say("epoch", "PROBLEM", f"the sampler is at epoch {sampler.epoch}, the loop at "
+                    f"{epoch}: call sampler.set_epoch(epoch) at the start of every epoch")
+    _say("epoch", "ok", f"the sampler is at epoch {sampler.epoch} (said again if an epoch "
+         "repeats the order of the one before)")
+    _watch_epochs(sampler)
+
+
+def _watch_epochs(sampler):
+    """Swap in a subclass whose __iter__ notices an epoch that starts with the same epoch number."""
+    cls = type(sampler)
+    seen = []
+
+    def __iter__(self):
+        seen.append(self.epoch)
+        if len(seen) == 2 and seen[0] == seen[1]:  # say it once
+            _say("epoch", "PROBLEM", f"a new pass over the data with the sampler still at epoch "
+                 f"{self.epoch}: the same order again; call sampler.set_epoch(epoch) every epoch")
+        return cls.__iter__(self)
+
+    sampler.__class__ = type(cls.__name__, (cls,), {"__iter__": __iter__})
+
+
+def _batch(loader, global_batch):
+    batch = loader.batch_size or getattr(loader.batch_sampler, "batch_size", None)
+    sizes = _gather(batch)
+    if None in sizes:
+        return _say("batch", "note", "batches come from a custom batch sampler: not checked")
+    total = sum(sizes)
+    what = f"{total} = {len(sizes)} x {sizes[0]}" if len(set(sizes)) == 1 else f"{total} = {sizes}"
+    if global_batch is None:
+        _say("batch", "ok", f"global batch {what} (pass global_batch= to compare)")
+    elif total != global_batch:
+        _say("batch", "PROBLEM", f"global batch {what}, not {global_batch}: give each rank "
+             f"{global_batch} // world size (or mean it, and scale the learning rate)")
+    else:
+        _say("batch", "ok", f"global batch {what}")
+
+
+def _checksum(model):
+    with torch.no_grad():
+        return torch.tensor([sum(float(p.double().sum()) for p in model.parameters())],
+                            dtype=torch.float64)
+
+
+def _replicas(model, step):  # every rank at its second training forward after check()
+    sums = [float(s) for s in _gather(_checksum(model))]
+    spread = max(sums) - min(sums)
+    if spread > 1e-6 * max(1.0, max(abs(s) for s in sums)):
+        _say("replicas", "PROBLEM", f"after {step} step(s) the ranks' weights differ (sums "
+             f"{min(sums):.6g} .. {max(sums):.6g}): wrap the model in DDP, step every rank")
+    else:
+        _say("replicas", "ok", f"all {len(sums)} copies of the model are equal after {step} "
+             f"step(s)")
+
+
+def _exits(model, timeout):
+    """A rank that leaves training (model.eval(), dist.barrier, destroy_process_group) first
+    waits, at most `timeout`, until every rank leaves too; one that waits in vain says so."""
+    def leaving():
+        if _state["since"] == 0:  # no training step since the ranks last met here
+            return
+        _state["since"] = 0
+        try:
+            dist.monitored_barrier(group=_state["exits"], timeout=timeout, wait_all_ranks=True)
+        except RuntimeError:
+            print(f"ddp_check: exits    PROBLEM rank {dist.get_rank()} stopped training after "
+                  f"{_state['steps']} step(s), but not every rank did within {timeout.seconds} s: "
+                  "a break, return or exit that only some ranks take (inside `if rank == 0:`?)",
+                  flush=True)
+            os._exit(1)
+
+    def wrap(original):
+        def wrapper(*args, **kwargs):
+            leaving()
+            return original(*args, **kwargs)
+        return wrapper
+    dist.barrier = wrap(dist.barrier)
+    dist.destroy_process_group = wrap(dist.destroy_process_group)
+    train = model.train
+
+    def train_or_eval(mode=True):
+        if not mode:
+            leaving()
+        return train(mode)
+    model.train = train_or_eval  # model.eval() calls it with mode=False
+
+
+def _threads():
+    threads, omp = torch.get_num_threads(), os.environ.get("OMP_NUM_THREADS")
+    cores = len(os.sched_getaffinity(0))
+    where = _gather((socket.gethostname(), tuple(sorted(os.sched_getaffinity(0)))))
+    sharing = where.count(where[dist.get_rank()])  # processes on this node with the same cores
+    per_process = max(1, cores // sharing)
+    line = (f"{threads} thread{'s' if threads > 1 else ''} per process (OMP_NUM_THREADS="
+            f"{omp or 'unset'}), {per_process} core{'s' if per_process > 1 else ''} each "
+            f"({cores} shared by {sharing})" if sharing > 1 else
+            f"{threads} threads per process (OMP_NUM_THREADS={omp or 'unset'}), {cores} cores each")
+    if threads > per_process:
+        _say("threads", "PROBLEM", f"{line}: more threads than cores; set OMP_NUM_THREADS="
+             f"{per_process}")
+    elif threads < per_process // 2:
+        _say("threads", "note", f"{line}: CPU work (data loading, CPU ops) may use more; "
+             f"OMP_NUM_THREADS={per_process}")
+    else:
+        _say("threads", "ok", line)
+
+
+def check(model, loader, global_batch=None, epoch=None, exit_timeout=300):
+    """Run on every rank, once, with the model (DDP-wrapped or not) and the training loader."""
+    if not dist.is_initialized():
+        raise SystemExit("error: ddp_check.check() runs after init_process_group()")
+    # Its own gloo group: its messages never mix with the training's (nccl or gloo) ones.
+    _state["group"] = dist.new_group(backend="gloo")
+    _state["exits"] = dist.new_group(backend="gloo")  # and one for the exit watch alone
+    _world()
+    _shards(loader, epoch)
+    _batch(loader, global_batch)
+    _threads()
+    if not isinstance(model, torch.nn.parallel.DistributedDataParallel):
+        _say("replicas", "PROBLEM", f"the model is a {type(model).__name__}, not "
+             "DistributedDataParallel: each rank trains its own copy")
+
+    def before_forward(module, inputs):  # counts training steps; compares after the first one
+        if module.training and torch.is_grad_enabled():
+            _state["steps"] += 1
+            _state["since"] += 1
+            if _state["steps"] == 2:
+                _replicas(model, 1)
+    model.register_forward_pre_hook(before_forward)
+    _exits(model, datetime.timedelta(seconds=exit_timeout))
+    _say("exits", "ok", f"watching: a rank that stops training while others go on stops the job "
+         f"(after {exit_timeout} s)")
