@@ -90,6 +90,32 @@ def test_masked_values_are_explained_where_they_appear(site_dir):
         assert 'class="masked-note"' in (site_dir / built / "index.html").read_text(), built
 
 
+def test_every_step_says_how_to_give_the_project_and_what_python_needs(site_dir):
+    """Every step page (and Your own script) has `<!-- account NN -->` before its first batch
+    script, in the section that shows it; the box the hook makes there gives --account and
+    SBATCH_ACCOUNT, and names the packages the step's scripts import (issue 24, item 7)."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    import mkdocs_hooks
+
+    pages = sorted((ROOT / "docs").glob("[0-9][0-9]-*.md")) + [ROOT / "docs" / "your-own-script.md"]
+    for page in pages:
+        text = page.read_text()
+        key = page.stem[:2] if page.stem[:2].isdigit() else "own-script"
+        mark = text.find(f"<!-- account {key} -->\n")
+        first = text.find('--8<-- "slurm/')
+        assert 0 <= mark < first, f"{page.name}: no <!-- account {key} --> before its first batch script"
+        assert not re.search(r"^## ", text[mark:first], re.M), f"{page.name}: the mark is in another section"
+    box = {k: mkdocs_hooks.account(ROOT, k) for k in ["01", "06", "07", "08", "09"]}
+    assert all("--account=project_<number>" in b and "SBATCH_ACCOUNT" in b for b in box.values())
+    assert "**scikit-learn**" in box["01"] and "deepspeed" not in box["01"].split("**Python.**")[1].split("Roihu's")[0]
+    for k, package in [("06", "deepspeed"), ("07", "lightning"), ("08", "accelerate"), ("09", "lightning")]:
+        assert f"**{package}**" in box[k], (k, package)
+    setup = "run-on-your-cluster.md" if (ROOT / "docs" / "run-on-your-cluster.md").exists() else "clusters.md"
+    assert f"]({setup})" in box["01"]
+    built = (site_dir / "06-deepspeed" / "index.html").read_text()
+    assert "SBATCH_ACCOUNT" in built and "import torch, numpy, deepspeed, sklearn" in built
+
+
 def test_sbatch_lines_fit_80_characters():
     """Batch scripts are read on the page in a column of about 80 characters (issue 24): wrap
     comments and long commands (`\\`), move long explanations into the page."""
