@@ -34,6 +34,17 @@ def pytest_sessionfinish(session, exitstatus):
         local_slurm.stop(quiet=True)
 
 
+# Steps 1 and 5 run as a cluster user would run them (tests/test_cluster_user.py: an ordinary
+# user, the kernel that tools/cluster-setup.sh registers), not a second time as root; named on
+# the command line (pytest notebooks/01-ddp.ipynb) they run here as well.
+AS_CLUSTER_USER = {ROOT / "notebooks" / "01-ddp.ipynb", ROOT / "notebooks" / "05-multinode.ipynb"}
+
+
+def pytest_ignore_collect(collection_path, config):
+    named = {(config.invocation_params.dir / a.split("::")[0]).resolve() for a in config.invocation_params.args}
+    return True if collection_path in AS_CLUSTER_USER and collection_path not in named else None
+
+
 @pytest.fixture(scope="session")
 def cluster():
     """The running local cluster's client environment (SLURM_CONF, MODULEPATH, ...)."""

@@ -41,7 +41,8 @@ if ! type module >/dev/null 2>&1; then
         [ -r "$init" ] && { source "$init"; break; }
     done
 fi
-has_module() { type module >/dev/null 2>&1 && [ -n "$(module -t --redirect avail "$1" 2>/dev/null)" ]; }
+# (Lmod and Environment Modules both list `module -t avail NAME` on stderr, one name a line)
+has_module() { type module >/dev/null 2>&1 && module -t avail "$1" 2>&1 | grep -q "^$1\(/\|(\|\$\)"; }
 
 site=${CLUSTER:-}
 if [ -z "$site" ]; then
