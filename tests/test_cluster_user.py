@@ -69,6 +69,28 @@ def test_a_job_that_queues_shows_why_and_is_read_later(cluster, tmp_path, monkey
         subprocess.run(["scancel", blocker, *([job] if job else [])], env=env)
 
 
+def test_setup_in_lumis_container(cluster):
+    """On a LUMI node of the practice cluster (its /appl/local/laifs: the AI Factory module and
+    image stand-ins) the setup builds the venv in the container and a kernel that starts there."""
+    # (in runs/: a LUMI node has a /tmp of its own)
+    venv, home = ROOT / "runs" / f"lumi-venv-{os.getpid()}", ROOT / "runs" / f"lumi-home-{os.getpid()}"
+    try:
+        r = subprocess.run(f"srun -A project_462000000 -p small-g -n1 -t 2 bash -c 'export HOME={home}; "
+                           f"bash tools/cluster-setup.sh {venv} && echo --- && bash tools/cluster-setup.sh {venv}'",
+                           shell=True, cwd=ROOT, env={**os.environ, **cluster}, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True, timeout=120)
+        assert r.returncode == 0, r.stdout
+        first, again = r.stdout.split("---\n")
+        assert "site: lumi (nid00500" in first and "PyTorch 2.10.0 from container /appl/local/laifs/containers/" in first
+        assert "made the venv" in first and "nothing to do" in again, r.stdout
+        kernel = (venv / "bin" / "ddp-tutorial-kernel").read_text()
+        assert "module load lumi-aif-singularity-bindings\nexec singularity exec /appl/local/laifs/" in kernel, kernel
+        assert str(venv) in (home / ".local/share/jupyter/kernels/ddp-tutorial/kernel.json").read_text()
+    finally:
+        shutil.rmtree(venv, ignore_errors=True)
+        shutil.rmtree(home, ignore_errors=True)
+
+
 def _ordinary_user(cluster):
     """tutor, with a project, able to reach the project's Python (as test_local_slurm does)."""
     if subprocess.run(["id", "tutor"], capture_output=True).returncode:

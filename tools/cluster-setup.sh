@@ -160,7 +160,7 @@ if [ ${#missing[@]} -gt 0 ]; then
     rm -f "$pins"
     did+=("installed ${missing[*]}")
 else
-    say "packages: the module has everything the notebooks need"
+    say "packages: the ${base%% *} has everything the notebooks need"
 fi
 
 # --- the Jupyter kernel ------------------------------------------------------------------
@@ -170,9 +170,11 @@ launcher="$dir/bin/ddp-tutorial-kernel"
 {
     echo '#!/bin/bash'
     echo "# Jupyter kernel of the DDP tutorial, written by tools/cluster-setup.sh ($site)."
-    if [ "$site" = roihu ] || { [ "$site" = other ] && [ -n "$module_name" ]; }; then
+    if [ "$site" != other ] || [ -n "$module_name" ]; then
         # shellcheck disable=SC2016  # written as it is, expanded when the kernel starts
         echo 'type module >/dev/null 2>&1 || source "${LMOD_PKG:-/usr/share/lmod/lmod}/init/bash"'
+    fi
+    if [ "$site" = roihu ] || { [ "$site" = other ] && [ -n "$module_name" ]; }; then
         echo "module load $module_name"
         echo "exec $dir/bin/python -m ipykernel_launcher \"\$@\""
     elif [ "$site" = lumi ]; then
@@ -211,6 +213,6 @@ else
     for d in "${did[@]}"; do say "$d"; done
 fi
 echo "Open the notebooks with the kernel '$kernel' (Jupyter: Kernel > Change kernel)."
-echo "Check one from a shell: LOCAL_SLURM=off $dir/bin/python -m pytest -o addopts= --nbval \\"
+echo "Check one from a shell: LOCAL_SLURM=off ${py[*]} -m pytest -o addopts= --nbval \\"
 echo "    --nbval-kernel-name $kernel --nbval-sanitize-with tests/sanitize.cfg notebooks/01-ddp.ipynb"
 echo "On a real cluster first: export SBATCH_ACCOUNT=project_<number>"
