@@ -457,6 +457,35 @@ def test_reading_check_finds_what_issue_24_found(page):
     assert r["overlap"] and r["clipped"], r
 
 
+DIAGRAM_JS = r"""() => [...document.querySelectorAll("article figure.diagram")].map(f => {
+  const img = f.querySelector("a > img");
+  return {src: img.getAttribute("src"), href: img.parentElement.getAttribute("href"), width: img.getBoundingClientRect().width,
+          natural: img.naturalWidth, box: f.clientWidth, scroll: f.scrollWidth, overflow: getComputedStyle(f).overflowX,
+          hint: getComputedStyle(f.querySelector("figcaption")).display};
+})"""
+
+
+def test_diagrams_keep_their_size_on_a_phone(browser, base_url):
+    """An idea diagram is shown at its natural size: in the 1280 px column it fits; on a phone it
+    scrolls sideways in its own box, with a hint, and a tap opens the SVG on its own (a figure
+    shrunk to the phone's width had text of 7 px)."""
+    for width in (390, 1280):  # (every diagram is in such a figure: tests/test_diagrams.py)
+        pg = browser.new_page(viewport={"width": width, "height": 844})
+        for name in ["05-multinode"]:
+            pg.goto(base_url + url_of(name), wait_until="domcontentloaded")  # then only the figures
+            pg.wait_for_function("() => [...document.querySelectorAll('figure.diagram img')].every(i => i.complete)")
+            figures = pg.evaluate(DIAGRAM_JS)
+            assert figures, f"{name}: no figure.diagram"
+            for f in figures:
+                assert f["href"] == f["src"] and f["src"].endswith(".svg"), (name, f)
+                assert f["natural"] > 0 and abs(f["width"] - f["natural"]) < 1, (name, width, f)
+                if width == 1280:
+                    assert f["scroll"] <= f["box"] and f["hint"] == "none", (name, f)
+                else:
+                    assert f["scroll"] > f["box"] and f["overflow"] == "auto" and f["hint"] == "block", (name, f)
+        pg.close()
+
+
 # --- Navigation ------------------------------------------------------------------------------
 
 def test_header_links_to_the_repository(page, base_url):

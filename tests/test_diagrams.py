@@ -50,3 +50,15 @@ def test_every_svg_is_shown_on_a_page_with_alt_text():
     assert sorted(shown) == NAMES, f"pages show {sorted(shown)}, drawn: {NAMES}"
     for src in {s for s in shown}:
         assert (IMAGES / f"{src}.svg").exists()
+
+
+def test_every_diagram_is_a_figure_that_opens_on_its_own(site_dir):
+    """On the built pages each diagram sits in a figure.diagram (natural size, scrolling sideways
+    on a phone: test_browser.py::test_diagrams_keep_their_size_on_a_phone), as a link to the SVG."""
+    for page in sorted((ROOT / "docs").glob("*.md")):
+        srcs = re.findall(r"!\[[^\]]*\]\((images/[^)\s]+\.svg)\)", page.read_text())
+        if not srcs:
+            continue
+        html = (site_dir / page.stem / "index.html").read_text()
+        for src in srcs:
+            assert f'<figure class="diagram"><a href="../{src}"' in html, f"{page.name}: {src} is not in a figure.diagram"

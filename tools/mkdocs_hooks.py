@@ -29,6 +29,8 @@ After rendering, every page gets what a reader needs from the built HTML:
   the error lines of outputs, indexed as an invisible section right before the output (a pasted
   error message finds the step that shows and explains it);
 - outputs, table cells and headings wrap between words only: a flag or a file name stays whole;
+- an idea diagram (docs/images/*.svg) becomes a figure at its natural size, which scrolls
+  sideways on a phone, linked to the SVG so that a tap opens it on its own;
 - a copy button on a block with `$ ` command lines copies the commands, without the prompt
   and without the output;
 - notebook pages lose their cell-tag chips, get a table of contents and a title built from
@@ -495,7 +497,21 @@ def _notebook_toc(content):
     return title, get_toc(tokens)
 
 
+# An idea diagram (docs/images/*.svg, tools/diagrams.py) is drawn for the 688 px column. On a
+# phone a shrunk figure's 13 px text would be 7 px: the figure keeps its natural size and scrolls
+# sideways in its own box, and a tap opens the SVG alone (the browser zooms it).
+DIAGRAM = re.compile(r'<p>\s*(<img\b[^>]*\bsrc="([^"]*\bimages/[\w.-]+\.svg)"[^>]*>)\s*</p>')
+
+
+def _diagram(m):
+    img, src = m.groups()
+    return (f'<figure class="diagram"><a href="{src}" title="Open the figure on its own">{img}</a>'
+            '<figcaption class="diagram-hint">Scroll the figure sideways, or tap it to open it '
+            'on its own.</figcaption></figure>')
+
+
 def on_page_content(content, page, config, files):
+    content = DIAGRAM.sub(_diagram, content)
     seen = set()  # error lines indexed on this page
     content = CODE_BLOCK.sub(lambda m: _code_block(m, seen), content)
     if page.file.src_uri.endswith(".ipynb"):
