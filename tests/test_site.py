@@ -110,8 +110,8 @@ def test_every_step_says_how_to_give_the_project_and_what_python_needs(site_dir)
     assert "**scikit-learn**" in box["01"] and "deepspeed" not in box["01"].split("**Python.**")[1].split("Roihu's")[0]
     for k, package in [("06", "deepspeed"), ("07", "lightning"), ("08", "accelerate"), ("09", "lightning")]:
         assert f"**{package}**" in box[k], (k, package)
-    setup = "run-on-your-cluster.md" if (ROOT / "docs" / "run-on-your-cluster.md").exists() else "clusters.md"
-    assert f"]({setup})" in box["01"]
+    setup = "run-on-your-cluster.md#" if (ROOT / "docs" / "run-on-your-cluster.md").exists() else "clusters.md)"
+    assert f"]({setup}" in box["01"]
     built = (site_dir / "06-deepspeed" / "index.html").read_text()
     assert "SBATCH_ACCOUNT" in built and "import torch, numpy, deepspeed, sklearn" in built
 

@@ -263,7 +263,11 @@ def account(root, key, page=None):
     must provide (read from the scripts) and how to add what is missing."""
     sbatch, scripts, needs = step_needs(root, key, page)
     imports = ", ".join(["torch", "numpy"] + [{"scikit-learn": "sklearn"}.get(n, n) for n in needs])
-    setup = "run-on-your-cluster.md" if (root / "docs" / "run-on-your-cluster.md").exists() else "clusters.md"
+    if (root / "docs" / "run-on-your-cluster.md").exists():  # the setup per cluster (issue 26)
+        setup = ("`make cluster-env` makes such an environment for you: [Run the notebooks on your "
+                 "cluster](run-on-your-cluster.md#1-one-setup-on-a-login-node).")
+    else:
+        setup = "Each cluster's lines: [Roihu, LUMI and any Slurm site](clusters.md)."
     named = " and ".join(f"`{s}`" for s in scripts)
     what = ["torch", "numpy"] + [f"**{n}**" + (" (the digits data)" if n == "scikit-learn" else "")
                                  for n in needs]
@@ -295,17 +299,17 @@ def account(root, key, page=None):
     does not list its packages, `pip list` shows them ([CSC: PyTorch]({CSC}/apps/pytorch/)).
     LUMI's `lumi-multitorch-full` images add DeepSpeed, Accelerate and Lightning to PyTorch
     ([their recipe's package list]({LAIF}/lumi-multitorch-vars.yaml)); neither names
-    scikit-learn. Setting up each cluster: [Roihu, LUMI and any Slurm site]({setup}).
+    scikit-learn.
 
     ??? note "Add what is missing: a virtual environment on top of the module or container"
 
         With `--system-site-packages` the environment keeps everything the module or the
         container has and adds only what you install, in the project's application folder
-        (`/projappl`, [CSC's Python guide]({CSC}/support/tutorials/python-usage-guide/#installing-python-packages-to-existing-modules);
+        (Roihu's `/projappl`, LUMI's `/project`; [CSC's Python guide]({CSC}/support/tutorials/python-usage-guide/#installing-python-packages-to-existing-modules);
         [the LUMI AI Guide]({LUMI_AI_GUIDE}) does the same inside the container).
         Roihu's GPU nodes are aarch64 (Grace), its CPU nodes x86-64: make the environment on a
         Roihu-GPU login node or in a short `gputest` job, so that compiled packages match (CSC's
-        guide keeps separate user package folders per architecture).
+        guide keeps separate user package folders per architecture). {setup}
 
         ```bash
         # Roihu, once:
@@ -317,11 +321,11 @@ def account(root, key, page=None):
 
         # LUMI, once (SIF as in the batch script):
         singularity exec "$SIF" bash -c 'python -m venv --system-site-packages \\
-            /projappl/project_<number>/ddp-venv &&
-            /projappl/project_<number>/ddp-venv/bin/pip install scikit-learn'
+            /project/project_<number>/ddp-venv &&
+            /project/project_<number>/ddp-venv/bin/pip install scikit-learn'
         # in the batch script, the training command inside the container becomes:
         #   singularity run "$SIF" bash -c \\
-        #     'source /projappl/project_<number>/ddp-venv/bin/activate && python ...'
+        #     'source /project/project_<number>/ddp-venv/bin/activate && python ...'
         ```"""
 
 
