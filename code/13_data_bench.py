@@ -17,7 +17,7 @@ p.add_argument("--data-dir", default="runs/13-bench", help="prepared here first 
 p.add_argument("--workers", default="0,1,2,4", help="loader workers to try, comma-separated")
 p.add_argument("--resize", type=int, default=96, help="pixels: each image resized, the CPU work per image")
 p.add_argument("--epochs", type=int, default=2, help="passes over the data; the first one is not timed")
-p.add_argument("--batch-size", type=int, default=32)
+p.add_argument("--loader-batch", type=int, default=32, help="images per batch of the loader (no training here)")
 p.add_argument("--out", help="write the results here as JSON")
 args = p.parse_args()
 # PyTorch warns when the workers outnumber this process's cores (it counts them with
@@ -38,7 +38,7 @@ class Resized(Dataset):
 
 
 def images_per_s(data, workers):
-    loader = DataLoader(data, batch_size=args.batch_size, shuffle=True, num_workers=workers,
+    loader = DataLoader(data, batch_size=args.loader_batch, shuffle=True, num_workers=workers,
                         persistent_workers=workers > 0)
     seconds = []
     for epoch in range(args.epochs):  # the first pass starts the workers and opens the files
