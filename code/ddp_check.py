@@ -6,8 +6,8 @@ once, on every rank, after the model, the loader and its sampler exist:
     import ddp_check
     ddp_check.check(model, loader, global_batch=args.batch_size)
 
-It prints from rank 0 (from rank 0 only), lines that begin `ddp_check:` and say `ok`, `note`
-or `PROBLEM`:
+Rank 0 prints its lines (the exit watch: the rank that waited in vain); each begins with
+`ddp_check:` and says `ok`, `note` or `PROBLEM`:
 
 - world    the processes vs what Slurm allocated (tasks, nodes, GPUs) and how they started;
 - shards   whether every rank's loader yields samples of its own;

@@ -19,6 +19,7 @@ root = Path(sys.argv[1] if len(sys.argv) > 1 else "data") / "MNIST" / "raw"
 files = {"train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
          "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")}
 if all((root / f).exists() for pair in files.values() for f in pair):
+    print(f"{root}: 1497 training and 300 test images, 28 x 28")  # written before
     sys.exit(0)
 digits = load_digits()
 x = torch.tensor(digits.images, dtype=torch.float32).unsqueeze(1) / 16  # 1,797 x 1 x 8 x 8
@@ -30,4 +31,4 @@ for split, part in (("train", slice(0, 1497)), ("test", slice(1497, None))):
     img, lab = images[part], labels[part]
     (root / files[split][0]).write_bytes(struct.pack(">IIII", 2051, len(img), 28, 28) + img.numpy().tobytes())
     (root / files[split][1]).write_bytes(struct.pack(">II", 2049, len(lab)) + lab.numpy().tobytes())
-print(f"wrote {root}: 1497 training and {len(images) - 1497} test images, 28 x 28")
+print(f"{root}: 1497 training and {len(images) - 1497} test images, 28 x 28")
