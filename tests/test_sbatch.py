@@ -33,8 +33,13 @@ EXPECTED = {
 }
 
 
+# A file for any site names no project: the practice cluster, like Roihu and LUMI, refuses a job
+# without one (tools/local_slurm.py, NO_PROJECT), so the test gives it, as a reader would.
+OPTIONS = {"slurm/01-ddp-generic.sbatch": ["--account=project_2001234"]}
+
+
 @pytest.mark.parametrize("path", sorted(EXPECTED))
 def test_sbatch_job(cluster, path):
-    out = submit(path)
+    out = submit(path, *OPTIONS.get(path, []))
     for pattern in EXPECTED[path]:
         assert re.search(pattern, out, re.M), f"{path}: no match for {pattern!r} in:\n{out}"
