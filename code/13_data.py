@@ -53,7 +53,7 @@ def shown(path):
 
 # --8<-- [start:prepare]
 if args.prepare_only:  # once, before any rank reads: login node, batch script or a job of its own
-    prepare_digits(args.data_dir)
+    prepare_digits(args.data_dir)  # load_dataset("digits") (scikit-learn's file), written as files
     print(f"prepared {' and '.join(FILES)}")
     sys.exit()
 # --8<-- [end:prepare]
