@@ -128,6 +128,11 @@ ENTRIES = [
           smoke={"--epochs 2": "--epochs 1"}),
     Entry("12_fsdp2_rules", "12", [(f"{T} code/12_fsdp2_rules.py", 0, "reshard_after_forward")],
           says_backend=False),
+    Entry("13_data", "13", [(f"{T} code/13_data.py --prepare rank0 --data-dir {{tmp}}/data", 0, "test accuracy")],
+          smoke={"--data-dir": "--epochs 1 --data-dir"}),
+    Entry("13_data_sync_bn", "13", [(f"{T} code/13_data.py --prepare rank0 --data-dir {{tmp}}/data --sync-bn "
+                                      f"--drop-last", 0, "statistics over all ranks")],
+          worlds="multi", gpu_only="nn.SyncBatchNorm refuses CPU tensors"),
     Entry("own_script", "own", [("python code/own_script.py", 0, r"^device {device}, ")], worlds="one",
           says_backend=False, smoke={"code/own_script.py": "code/own_script.py --epochs 1"}),
     Entry("own_script_ddp", "own", [(f"{T} code/own_script_ddp.py --epochs 5", 0, "test accuracy")],
