@@ -27,6 +27,11 @@ EXPECTED = {
     "slurm/06-deepspeed-launcher.sbatch": [
         r"^4 processes, backend \w+, device \w+, ZeRO stage 2, batch 96 = 4 x 24 x 1 accumulation steps$",
         r"^epoch 0 loss 2\.0825$", r"^epoch 1 loss 0\.7762$", r"^optimizer state per rank: (14,544, ){3}14,544 bytes$"],
+    # The take-home script on two LUMI nodes (notebooks/take-home.ipynb submits the Roihu one with
+    # a signal and a requeue): 16 ranks, the learning rate from the global batch, each image once.
+    "slurm/take-home-lumi.sbatch": [
+        r"^16 processes, backend gloo, device cpu, batch 96 = 16 x 6, lr 0\.0500$", r"^epoch 4 loss 0\.09\d\d$",
+        r"^test accuracy 0\.8889 \(320/360\)$"],
     "slurm/06-deepspeed-lumi.sbatch": [
         r"^8 processes, backend \w+, device \w+, ZeRO stage 2, batch 96 = 8 x 12 x 1 accumulation steps$",
         r"^epoch 0 loss 2\.0825$", r"^epoch 1 loss 0\.7762$", r"^optimizer state per rank: (7,272, ){7}7,272 bytes$"],

@@ -140,7 +140,8 @@ def submitted_by_notebooks():
     found = set()
     for nb in ROOT.glob("notebooks/*.ipynb"):
         for cell in json.loads(nb.read_text())["cells"]:
-            found |= set(re.findall(r"submit\(\s*[\"'](slurm/[\w.-]+\.sbatch)", "".join(cell["source"])))
+            # submit(), or start() + wait_job() with the output asserted in the same cell
+            found |= set(re.findall(r"(?:submit|start)\(\s*[\"'](slurm/[\w.-]+\.sbatch)", "".join(cell["source"])))
             if cell["cell_type"] == "code":  # plain sbatch, shown as the reader types it (run("sbatch ..."))
                 found |= set(re.findall(r"run\(\s*[\"']sbatch (slurm/[\w.-]+\.sbatch)", "".join(cell["source"])))
     for test in ROOT.glob("tests/test_*.py"):  # a test that submits a file and checks its output
