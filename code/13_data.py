@@ -126,7 +126,8 @@ if args.sync_bn:  # statistics over the global batch: 2 collectives per layer pe
 model = DDP(model.to(device), device_ids=[local_rank] if device.type == "cuda" else None)
 opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
 last = len(sampler) % batch
-print0(f"{world_size} processes, batch {args.batch_size} = {world_size} x {batch}; {len(sampler)} images per "
+print0(f"{world_size} processes, backend {dist.get_backend()}, device {device.type}, batch {args.batch_size} = "
+       f"{world_size} x {batch}; {len(sampler)} images per "
        f"rank: {len(loader)} batches" + (f", the last of {last} image(s)" if last and not args.drop_last else "")
        + f"; {norms} BatchNorm layers, statistics {'over all ranks' if args.sync_bn else 'per rank'}")
 
