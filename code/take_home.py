@@ -1,13 +1,12 @@
-"""Take home: the tutorial's lessons in one file, with no import from it. Copy it next to your
-training, replace load_data() and build_model() with yours, and keep the rest.
+"""Take home: the tutorial's lessons in one file, with no import from it.
 
-It runs unchanged on a login node (CPU, gloo), on one node, and on many nodes:
+Copy it next to your training, replace load_data() and build_model() with
+yours, and keep the rest. It runs unchanged on a login node (CPU, gloo), on
+one node and on many:
     torchrun --standalone --nproc_per_node=2 take_home.py
-    srun torchrun --nnodes=$SLURM_NNODES --nproc_per_node=4 --rdzv_backend=c10d \
-         --rdzv_endpoint=$MASTER_ADDR:$MASTER_PORT take_home.py    # one torchrun per node
-    srun python take_home.py          # one task per GPU; export MASTER_ADDR and MASTER_PORT
-The batch scripts slurm/take-home.sbatch (Roihu) and slurm/take-home-lumi.sbatch (LUMI)
-requeue the job when it stops on Slurm's warning. What each part is for: docs/take-home.md.
+    srun python take_home.py  # one task per GPU, MASTER_ADDR/PORT exported
+slurm/take-home.sbatch (Roihu) and slurm/take-home-lumi.sbatch (LUMI) requeue
+the job when it stops on Slurm's warning. Each part: docs/take-home.md.
 """
 import argparse
 import atexit
@@ -22,42 +21,55 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
-from torch.utils.data import DataLoader, DistributedSampler, Subset, TensorDataset
+from torch.utils.data import DataLoader, DistributedSampler, Subset
+from torch.utils.data import TensorDataset
 
-STOPPED = 3  # exit code: stopped on a signal, checkpoint written, requeue me
+STOPPED = 3  # exit code: stopped on a signal, checkpoint written: requeue
+STOP_SIGNALS = {signal.SIGUSR1, signal.SIGTERM}  # Slurm's warning, preemption
 
 p = argparse.ArgumentParser()
 p.add_argument("--epochs", type=int, default=5)
-p.add_argument("--batch-size", type=int, default=96, help="global batch, over all ranks")
-p.add_argument("--lr", type=float, default=0.05, help="the learning rate for --lr-batch")
-p.add_argument("--lr-batch", type=int, default=96, help="the global batch --lr was tuned for")
+p.add_argument("--batch-size", type=int, default=96,
+               help="global batch, over all ranks")
+p.add_argument("--lr", type=float, default=0.05,
+               help="the learning rate for --lr-batch")
+p.add_argument("--lr-batch", type=int, default=96,
+               help="the global batch that --lr was tuned for")
 p.add_argument("--warmup-steps", type=int, default=5)
-p.add_argument("--workers", type=int, default=2, help="loader worker processes per rank")
-p.add_argument("--checkpoint", default="runs/take-home.pt", help="resumed from when it exists")
-p.add_argument("--signal-at", type=int, help="the last rank signals itself after this many steps (a test)")
-p.add_argument("--timeout", type=int, default=300, help="seconds before a missing rank is an error")
+p.add_argument("--workers", type=int, default=2,
+               help="loader worker processes per rank")
+p.add_argument("--checkpoint", default="runs/take-home.pt",
+               help="resumed from when it exists")
+p.add_argument("--signal-at", type=int,
+               help="a test: the last rank signals itself after this step")
+p.add_argument("--timeout", type=int, default=300,
+               help="seconds before a missing rank is an error")
 args = p.parse_args()
 
 
 def load_data():
-    """Yours here. 8x8 digits from scikit-learn stand in: offline, 1,437 train / 360 test images."""
+    """Yours here. scikit-learn's 8x8 digits stand in (offline, 1,797)."""
     try:
         from sklearn.datasets import load_digits
     except ImportError:
-        sys.exit("error: scikit-learn is missing: pip install scikit-learn (or load your own data here)")
+        sys.exit("error: scikit-learn is missing: pip install scikit-learn "
+                 "(or load your own data here)")
     x, y = load_digits(return_X_y=True)
-    x, y = torch.tensor(x / 16, dtype=torch.float32).view(-1, 1, 8, 8), torch.tensor(y)
+    x = torch.tensor(x / 16, dtype=torch.float32).view(-1, 1, 8, 8)
+    y = torch.tensor(y)
     return TensorDataset(x[:1437], y[:1437]), TensorDataset(x[1437:], y[1437:])
 
 
 def build_model():
     """Yours here."""
-    return nn.Sequential(nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.Linear(16 * 64, 10))
+    return nn.Sequential(nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(),
+                         nn.Flatten(), nn.Linear(16 * 64, 10))
 
 
 def leave(code=0):
-    """The last line: leave together. With gloo, end through os._exit: Python's normal shutdown
-    after destroy_process_group() sometimes aborts in gloo's threads (exit code 134, step 9)."""
+    """The last line: leave together. With gloo end through os._exit: a
+    normal exit after destroy_process_group() sometimes aborts in gloo's
+    threads (exit code 134; step 9)."""
     gloo = dist.get_backend() == "gloo"
     dist.barrier()
     dist.destroy_process_group()
@@ -68,42 +80,53 @@ def leave(code=0):
     sys.exit(code)
 
 
-def fail(message):  # once the process group exists: one line and exit code 1, not gloo's abort
+def fail(message):  # after init: one line and exit code 1, not gloo's abort
     print(message, file=sys.stderr, flush=True)
     os._exit(1)
 
 
-# Who am I: torchrun sets RANK/LOCAL_RANK/WORLD_SIZE; srun alone sets Slurm's names (step 5).
+# Who am I: torchrun sets RANK, LOCAL_RANK, WORLD_SIZE; srun alone sets
+# Slurm's names for the same numbers (step 5).
 env = os.environ
 if "RANK" not in env and "SLURM_STEP_ID" in env:
-    env["RANK"], env["LOCAL_RANK"], env["WORLD_SIZE"] = env["SLURM_PROCID"], env["SLURM_LOCALID"], env["SLURM_NTASKS"]
+    env["RANK"] = env["SLURM_PROCID"]
+    env["LOCAL_RANK"] = env["SLURM_LOCALID"]
+    env["WORLD_SIZE"] = env["SLURM_NTASKS"]
     if "MASTER_ADDR" not in env or "MASTER_PORT" not in env:
-        sys.exit("error: started by srun without torchrun: export MASTER_ADDR and MASTER_PORT before srun")
+        sys.exit("error: started by srun without torchrun: export "
+                 "MASTER_ADDR and MASTER_PORT before srun")
 if "LOCAL_RANK" not in env:
-    sys.exit("error: LOCAL_RANK is not set: start with torchrun --standalone --nproc_per_node=2 or srun")
+    sys.exit("error: LOCAL_RANK is not set: start it with torchrun "
+             "(--standalone --nproc_per_node=2) or srun")
 local_rank, world_size = int(env["LOCAL_RANK"]), int(env["WORLD_SIZE"])
-if "SLURM_STEP_ID" in env:  # a world that is not what Slurm started hangs (step 9)
-    per_task = int(env.get("LOCAL_WORLD_SIZE", 1)) if "TORCHELASTIC_RUN_ID" in env else 1
+if "SLURM_STEP_ID" in env:  # a world Slurm did not start hangs (step 9)
+    per_task = 1
+    if "TORCHELASTIC_RUN_ID" in env:  # torchrun: processes per task
+        per_task = int(env["LOCAL_WORLD_SIZE"])
     if world_size != int(env["SLURM_NTASKS"]) * per_task:
-        sys.exit(f"error: WORLD_SIZE={world_size}, but Slurm started {env['SLURM_NTASKS']} task(s) x "
-                 f"{per_task} process(es): with torchrun use one task per node")
+        sys.exit(f"error: WORLD_SIZE={world_size}, but Slurm started "
+                 f"{env['SLURM_NTASKS']} task(s) x {per_task} process(es): "
+                 f"with torchrun use one task per node")
 if args.batch_size % world_size:
-    sys.exit(f"error: batch size {args.batch_size} is not divisible by world size {world_size}")
-# One code path: nccl and one GPU per process where there are GPUs, gloo on CPU otherwise.
+    sys.exit(f"error: batch size {args.batch_size} is not divisible by "
+             f"world size {world_size}")
+# One code path: nccl and a GPU per process where there are GPUs, gloo and
+# the CPU otherwise.
 if torch.cuda.is_available():
     device = torch.device("cuda", local_rank)
     torch.cuda.set_device(device)
 else:
     device = torch.device("cpu")
-try:
+try:  # with a timeout, a rank that never arrives is an error, not a hang
     dist.init_process_group("nccl" if device.type == "cuda" else "gloo",
-                            timeout=datetime.timedelta(seconds=args.timeout))  # a hang becomes an error
-except dist.DistError as e:  # a port in use, ranks that never arrive: one line, not 60
-    sys.exit(f"error: no process group at {env.get('MASTER_ADDR')}:{env.get('MASTER_PORT')}: "
+                            timeout=datetime.timedelta(seconds=args.timeout))
+except dist.DistError as e:  # a port in use, a missing rank: one line
+    where = f"{env.get('MASTER_ADDR')}:{env.get('MASTER_PORT')}"
+    sys.exit(f"error: no process group at {where}: "
              f"{str(e).strip().splitlines()[0][:200]}")
 rank, batch = dist.get_rank(), args.batch_size // world_size
 if device.type == "cpu":
-    dist.barrier()  # torch 2.10's gloo prints its connections: let them finish first
+    dist.barrier()  # torch 2.10's gloo prints its connections: let them end
 
 
 def say(*a):  # one line from rank 0, not one per rank
@@ -111,64 +134,77 @@ def say(*a):  # one line from rank 0, not one per rank
         print(*a, flush=True)
 
 
-# Slurm's warning (USR1, --signal) and preemption (TERM) reach every process of the step.
+# Slurm's warning and preemption reach every process of the step: note it,
+# and stop at the end of the current step.
 stop = []
-for s in (signal.SIGUSR1, signal.SIGTERM):
+for s in STOP_SIGNALS:
     signal.signal(s, lambda signum, frame: stop.append(signum))
 
 
-def workers_ignore_signals(worker_id):  # loader workers: the main process decides (step 9)
-    for s in (signal.SIGUSR1, signal.SIGTERM):
+def workers_ignore_signals(worker_id):  # the main process decides (step 9)
+    for s in STOP_SIGNALS:
         signal.signal(s, signal.SIG_IGN)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGUSR1, signal.SIGTERM})
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
 
 
 torch.manual_seed(0)  # the same initial weights on every rank
 train, test = load_data()
-sampler = DistributedSampler(train, seed=0)  # each rank its own shard, reshuffled by set_epoch
-model = DDP(build_model().to(device), device_ids=[local_rank] if device.type == "cuda" else None)
-lr = args.lr * args.batch_size / args.lr_batch  # linear scaling with the global batch (step 3)
-opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
-warmup = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: min(1.0, (step + 1) / (args.warmup_steps + 1)))
-say(f"{world_size} processes, backend {dist.get_backend()}, device {device.type}, "
-    f"batch {args.batch_size} = {world_size} x {batch}, lr {lr:.4f}")
-
+sampler = DistributedSampler(train, seed=0)  # each rank its own shard
 steps = -(-len(sampler) // batch)  # batches per epoch and rank
-marker = args.checkpoint + ".requeue"  # written after a checkpoint on a signal: the batch script requeues
+model = build_model().to(device)
+model = DDP(model, device_ids=[local_rank] if device.type == "cuda" else None)
+lr = args.lr * args.batch_size / args.lr_batch  # linear in the batch (step 3)
+opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+ramp = lambda step: min(1.0, (step + 1) / (args.warmup_steps + 1))
+warmup = torch.optim.lr_scheduler.LambdaLR(opt, ramp)
+say(f"{world_size} processes, backend {dist.get_backend()}, device "
+    f"{device.type}, batch {args.batch_size} = {world_size} x {batch}, "
+    f"lr {lr:.4f}")
+
+# Resume: the same weights, optimizer, schedule and place in the data.
+marker = args.checkpoint + ".requeue"  # "stopped on a signal": requeue
 if rank == 0 and os.path.exists(marker):
     os.remove(marker)
 start_epoch, start_step = 0, 0
-if os.path.exists(args.checkpoint):  # resume: the same weights, optimizer, schedule and data position
+if os.path.exists(args.checkpoint):
     ckpt = torch.load(args.checkpoint, map_location="cpu")
     if ckpt["world_size"] != world_size:
-        fail(f"error: {args.checkpoint} was written by {ckpt['world_size']} processes, not {world_size}: "
-             f"resume with as many, or start afresh with another --checkpoint")
+        fail(f"error: {args.checkpoint} was written by {ckpt['world_size']} "
+             f"processes, not {world_size}: resume with as many, or start "
+             f"afresh with another --checkpoint")
     model.module.load_state_dict(ckpt["model"])
     opt.load_state_dict(ckpt["optimizer"])
     warmup.load_state_dict(ckpt["warmup"])
     start_epoch, start_step = ckpt["epoch"], ckpt["step"]
-    say(f"resumed from {args.checkpoint}: epoch {start_epoch}, step {start_step}")
+    say(f"resumed from {args.checkpoint}: epoch {start_epoch}, "
+        f"step {start_step}")
 
 
 def save(epoch, step):
     if rank == 0:  # one writer: the weights are the same on every rank
         os.makedirs(os.path.dirname(args.checkpoint) or ".", exist_ok=True)
-        state = {"model": model.module.state_dict(), "optimizer": opt.state_dict(),
-                 "warmup": warmup.state_dict(), "epoch": epoch, "step": step, "world_size": world_size}
+        state = {"model": model.module.state_dict(), "epoch": epoch,
+                 "optimizer": opt.state_dict(), "step": step,
+                 "warmup": warmup.state_dict(), "world_size": world_size}
         torch.save(state, args.checkpoint + ".tmp")
-        os.replace(args.checkpoint + ".tmp", args.checkpoint)  # atomic: the old file or the new one
+        # atomic: the old file or the new one, never half of one
+        os.replace(args.checkpoint + ".tmp", args.checkpoint)
     dist.barrier()
 
 
 for epoch in range(start_epoch, args.epochs):
     sampler.set_epoch(epoch)  # without it every epoch reads the same order
-    rest = list(sampler)[start_step * batch:]  # this epoch's indices minus the batches done
-    loader = DataLoader(train, batch_size=batch, sampler=rest, num_workers=args.workers,
-                        multiprocessing_context="fork" if args.workers else None,
-                        worker_init_fn=workers_ignore_signals)
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1, signal.SIGTERM})  # workers start blocked
-    batches = iter(loader)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGUSR1, signal.SIGTERM})
+    rest = list(sampler)[start_step * batch:]  # minus the batches done
+    loader = DataLoader(train, batch_size=batch, sampler=rest,
+                        num_workers=args.workers,
+                        worker_init_fn=workers_ignore_signals,
+                        # by name: Python 3.14's forkserver would run
+                        # this whole file again in each worker
+                        multiprocessing_context="fork" if args.workers
+                        else None)
+    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    batches = iter(loader)  # the workers start here, with signals blocked
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
     losses, flag = [], torch.zeros(1, device=device)
     for step, (x, y) in enumerate(batches, start=start_step):
         loss = F.cross_entropy(model(x.to(device)), y.to(device))
@@ -177,35 +213,43 @@ for epoch in range(start_epoch, args.epochs):
         opt.step()
         warmup.step()
         losses.append(loss.item())
-        if args.signal_at == epoch * steps + step + 1 and rank == world_size - 1:
+        at = epoch * steps + step + 1
+        if args.signal_at == at and rank == world_size - 1:
             os.kill(os.getpid(), signal.SIGUSR1)
-        # Every rank stops after the same step: agree on "someone got a signal" (a max).
+        # Every rank stops after the same step: did any rank get a signal?
         flag = torch.tensor([float(bool(stop))], device=device)
         dist.all_reduce(flag, op=dist.ReduceOp.MAX)
         if flag.item():
             break
-    del batches  # out of the loop first: this ends the loader workers (they ignore SIGTERM)
+    del batches  # after the loop: ends the workers (they ignore SIGTERM)
     if flag.item():
         save(epoch, step + 1)
         if rank == 0:
             open(marker, "w").close()
-        say(f"stopped in epoch {epoch} after step {step + 1} on a signal: checkpoint written, exit {STOPPED}")
+        say(f"stopped in epoch {epoch} after step {step + 1} on a signal: "
+            f"checkpoint written, exit {STOPPED}")
         leave(STOPPED)
     start_step = 0
-    save(epoch + 1, 0)  # also at every epoch's end: a crash without warning loses one epoch
+    save(epoch + 1, 0)  # a crash without warning loses at most one epoch
     mean = torch.tensor(sum(losses) / max(len(losses), 1), device=device)
     dist.all_reduce(mean)
     say(f"epoch {epoch} loss {mean.item() / world_size:.4f}")
 
-# Evaluation without duplicates (step 4): each rank counts its own slice, the counts are summed.
+# Evaluation without duplicates (step 4): each rank counts its own slice
+# of the test set, and the counts are summed.
 model.eval()
 counts = torch.zeros(2, device=device)  # correct, seen
+mine = Subset(test, range(rank, len(test), world_size))
 with torch.no_grad():
-    for x, y in DataLoader(Subset(test, range(rank, len(test), world_size)), batch_size=256):
-        counts += torch.tensor([(model(x.to(device)).argmax(1) == y.to(device)).sum().item(), len(y)], device=device)
+    for x, y in DataLoader(mine, batch_size=256):
+        counts[0] += (model(x.to(device)).argmax(1) == y.to(device)).sum()
+        counts[1] += len(y)
 dist.all_reduce(counts)
 assert int(counts[1]) == len(test)  # every test image counted once
-say(f"test accuracy {counts[0].item() / len(test):.4f} ({int(counts[0])}/{len(test)})")
-digest = hashlib.sha256(b"".join(v.cpu().numpy().tobytes() for v in model.module.state_dict().values()))
-say(f"weights sha256 {digest.hexdigest()[:16]}")  # compare an interrupted run with an uninterrupted one
+correct = int(counts[0])
+say(f"test accuracy {correct / len(test):.4f} ({correct}/{len(test)})")
+# A fingerprint of the weights: compare an interrupted run with another.
+weights = model.module.state_dict().values()
+digest = hashlib.sha256(b"".join(v.cpu().numpy().tobytes() for v in weights))
+say(f"weights sha256 {digest.hexdigest()[:16]}")
 leave(0)

@@ -133,6 +133,11 @@ ENTRIES = [
     Entry("13_data_sync_bn", "13", [(f"{T} code/13_data.py --prepare rank0 --data-dir {{tmp}}/data --sync-bn "
                                       f"--drop-last", 0, "statistics over all ranks")],
           worlds="multi", gpu_only="nn.SyncBatchNorm refuses CPU tensors"),
+    Entry("take_home_resume", "take-home", [
+        (f"{T} code/take_home.py --checkpoint {{tmp}}/full.pt", 0, "weights sha256"),
+        (f"{T} code/take_home.py --checkpoint {{tmp}}/resume.pt --signal-at 20", "nonzero", "stopped in epoch"),
+        (f"{T} code/take_home.py --checkpoint {{tmp}}/resume.pt", 0, "resumed from")],
+        smoke={"--checkpoint": "--epochs 2 --checkpoint"}, estimate=60),
     Entry("own_script", "own", [("python code/own_script.py", 0, r"^device {device}, ")], worlds="one",
           says_backend=False, smoke={"code/own_script.py": "code/own_script.py --epochs 1"}),
     Entry("own_script_ddp", "own", [(f"{T} code/own_script_ddp.py --epochs 5", 0, "test accuracy")],
