@@ -11,6 +11,7 @@ everything runs under `if __name__ == "__main__":`.
 import argparse
 import re
 import signal
+import time
 
 import torch
 from torch.utils.data import DataLoader, TensorDataset
@@ -23,7 +24,8 @@ noted = []  # the main process's handler only notes the signal, as step 9's trai
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--start-method", default="fork", choices=["fork", "spawn", "forkserver"])
-    p.add_argument("--send", default="USR1", choices=["USR1", "TERM"])
+    p.add_argument("--send", default="USR1", choices=["USR1", "TERM", "slurm"],
+                   help="slurm: wait after 5 batches for a signal from outside (scancel --signal)")
     p.add_argument("--workers-hear", default="ignore", choices=["ignore", "default"])
     args = p.parse_args()
     for s in (signal.SIGUSR1, signal.SIGTERM):
@@ -37,13 +39,19 @@ def main():
     i = 0
     try:
         for i, _ in enumerate(batches):
-            if i == 5:
+            if i == 5 and args.send == "slurm":  # a job step: Slurm signals us and the workers
+                print("waiting for Slurm's signal", flush=True)
+                while not noted:
+                    time.sleep(0.05)
+                time.sleep(0.5)  # the workers got it at the same moment: let them act on it
+            elif i == 5:
                 signal_like_slurm(args.send)
         result = f"all {i + 1} batches; the main process noted {noted}"
     except RuntimeError as e:  # how the main process learns that a worker died
         why = re.sub(r" \(pid \d+\)", "", str(e).splitlines()[0].strip())  # (pids differ per run)
         result = f"failed after batch {i}: {why}"
-    print(f"{args.start_method:10} SIG{args.send:5} workers: {args.workers_hear:8} -> {result}", flush=True)
+    sent = noted[0][3:] if args.send == "slurm" and noted else args.send
+    print(f"{args.start_method:10} SIG{sent:5} workers: {args.workers_hear:8} -> {result}", flush=True)
 
 
 if __name__ == "__main__":

@@ -121,3 +121,30 @@ def test_world_size_must_match_slurm_tasks(monkeypatch):
     monkeypatch.delenv("SLURM_STEP_ID")  # the batch script's own shell is not checked
     monkeypatch.setenv("WORLD_SIZE", "3")
     h.check_world_size()
+
+
+@pytest.mark.parametrize("sig,hear,result", [
+    ("USR1", "default", "failed after batch"),   # spawn: a new Python with USR1's default action
+    ("USR1", "ignore", "all 100 batches"),       # step 9's fix
+    ("TERM", "ignore", "all 100 batches")])
+def test_slurm_signals_spawn_workers_in_a_job_step(cluster, sig, hear, result):
+    """Slurm itself signals every process of a step (scancel --signal), loader workers started
+    with `spawn` included (notebook 9 shows every start method with the signal sent as Slurm
+    does; its jobs use fork)."""
+    name = f"09-spawn-{sig}-{hear}-{os.getpid()}"
+    srun = subprocess.Popen(
+        ["srun", "--quiet", f"--job-name={name}", "--account=project_2001234", "--partition=gputest",
+         "--time=2", "--nodes=1", "--ntasks=1", "--cpus-per-task=4", "--gres=gpu:gh200:1",
+         "python", "code/09_workers.py", "--start-method", "spawn", "--send", "slurm",
+         "--workers-hear", hear], cwd=ROOT, env={**os.environ, **cluster, "OMP_NUM_THREADS": "1"},
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    STARTED.append(srun)
+    assert srun.stdout.readline().strip() == "waiting for Slurm's signal"
+    job = subprocess.run(["squeue", "-h", "-n", name, "-o", "%i"], env={**os.environ, **cluster},
+                         capture_output=True, text=True).stdout.split()
+    assert len(job) == 1, job
+    subprocess.run(["scancel", f"--signal={sig}", job[0]], env={**os.environ, **cluster}, check=True)
+    out, _ = srun.communicate(timeout=120)
+    line = next(l for l in out.splitlines() if " -> " in l)
+    assert line.startswith(f"spawn      SIG{sig:5} workers: {hear:8} -> {result}"), out
+    assert srun.returncode == 0, out
