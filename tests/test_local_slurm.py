@@ -37,6 +37,21 @@ def test_srun_spans_both_nodes_of_each_cluster(cluster):
     assert r.stdout.split() == ["nid005000", "nid005001"], r.stderr
 
 
+def test_each_node_has_its_own_local_disk(cluster):
+    """Roihu nodes: a $TMPDIR per job on each node, gone after the job; LUMI nodes: a /tmp of their
+    own (issue 29). Each node writes a file there and sees only its own."""
+    look = "touch $D/mark-$(hostname); sleep 1; echo $(hostname) $D $(ls $D | grep mark- | xargs)"
+    roihu = sh(f"srun -A project_2001234 -p gputest --gres=gpu:gh200:1 -N2 -t 1 bash -c 'D=$TMPDIR; {look}' | sort", cluster)
+    lines = [l.split() for l in roihu.stdout.splitlines()]
+    assert [(l[0], l[2:]) for l in lines] == [("r01g01", ["mark-r01g01"]), ("r01g02", ["mark-r01g02"])], roihu
+    assert re.fullmatch(r"/run/nvme/job_\d+/tmp", lines[0][1]) and lines[0][1] == lines[1][1], roihu.stdout
+    assert not list(Path("/run/nvme").glob("job_*")) and not os.path.exists(lines[0][1])  # never on the host
+    lumi = sh(f"srun -p dev-g -A project_462000000 -N2 --gpus-per-node=1 -t 1 bash -c "
+              f"'D=/tmp/disk-test-$SLURM_JOB_ID; mkdir -p $D; {look}; rm -r $D' | sort", cluster)
+    assert [(l.split()[0], l.split()[2:]) for l in lumi.stdout.splitlines()] == [
+        ("nid005000", ["mark-nid005000"]), ("nid005001", ["mark-nid005001"])], lumi
+
+
 def test_names_resolve_as_on_a_real_cluster(cluster, tmp_path):
     """On a node: its own name and the other nodes' names have one address each, forward and
     reverse (c10d looks peers up by address); the host's /etc/hosts is left alone."""
