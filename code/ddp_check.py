@@ -6,7 +6,7 @@ once, on every rank, after the model, the loader and its sampler exist:
     import ddp_check
     ddp_check.check(model, loader, global_batch=args.batch_size)
 
-Rank 0 prints its lines (the exit watch: the rank that waited in vain); each begins with
+Rank 0 prints the lines (an exits PROBLEM: the rank that is stuck); each begins with
 `ddp_check:` and says `ok`, `note` or `PROBLEM`:
 
 - world    the processes vs what Slurm allocated (tasks, nodes, GPUs) and how they started;
@@ -14,21 +14,26 @@ Rank 0 prints its lines (the exit watch: the rank that waited in vain); each beg
 - epoch    whether the sampler gets a new epoch (said again if an epoch repeats its order);
 - batch    the global batch (all ranks' per-rank batches) vs the one you meant;
 - replicas whether all copies of the model are equal after a training step;
-- exits    a rank that stops training (model.eval(), barrier, destroy_process_group) while
-           others still train says so and stops the job, instead of a hang until the time limit;
+- exits    a rank that stops training (model.eval(), barrier, destroy_process_group) and is
+           stuck there while others have not stopped says so and ends the job, instead of a hang
+           until the time limit;
 - threads  CPU threads per process vs the cores each process has.
 
-It adds no work to the training steps except one small comparison after the first step.
+It adds no work to the training steps but one comparison after the first step; each stop
+writes one key to the process group's store (a private PyTorch call, _get_default_store) and
+starts a short-lived watcher thread. exit_timeout= (300 s) must exceed what one rank does alone
+(a rank-0-only evaluation or checkpoint).
 """
-import datetime
 import os
 import socket
+import threading
+import time
 import zlib
 
 import torch
 import torch.distributed as dist
 
-_state = {"steps": 0, "since": 0}  # training steps: since check(), since the ranks last met
+_state = {"steps": 0, "progress": 0, "stops": 0}  # training steps, anything done, stops
 
 
 def _say(name, verdict, text):
@@ -162,33 +167,48 @@ def _replicas(model, step):  # every rank at its second training forward after c
 
 
 def _exits(model, timeout):
-    """A rank that leaves training (model.eval(), dist.barrier, destroy_process_group) first
-    waits, at most `timeout`, until every rank leaves too; one that waits in vain says so."""
-    def leaving():
-        if _state["since"] == 0:  # no training step since the ranks last met here
-            return
-        _state["since"] = 0
-        try:
-            dist.monitored_barrier(group=_state["exits"], timeout=timeout, wait_all_ranks=True)
-        except RuntimeError:
-            print(f"ddp_check: exits    PROBLEM rank {dist.get_rank()} stopped training after "
-                  f"{_state['steps']} step(s), but not every rank did within {timeout.seconds} s: "
-                  "a break, return or exit that only some ranks take (inside `if rank == 0:`?)",
-                  flush=True)
+    """When a rank stops training (model.eval(), dist.barrier, destroy_process_group) it notes so
+    in the process group's key-value store, and a watcher thread waits `timeout` seconds. If the
+    rank is still stuck then (no training step, the call has not returned) while another rank
+    has not stopped as often, it says so and ends the job. It never blocks the rank itself: a
+    rank-0-only validation that comes back to training goes on unnoticed."""
+    store = dist.PrefixStore("ddp_check/", dist.distributed_c10d._get_default_store())
+    rank, world = dist.get_rank(), dist.get_world_size()
+
+    def watch(stops, progress):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if _state["progress"] != progress:  # trained again, or the call returned
+                return
+            time.sleep(0.2)
+        behind = [r for r in range(world) if r != rank and (
+            not store.check([f"stops{r}"]) or int(store.get(f"stops{r}")) < stops)]
+        if behind:
+            print(f"ddp_check: exits    PROBLEM rank {rank} stopped training after "
+                  f"{_state['steps']} step(s); rank(s) {', '.join(map(str, behind))} did not, and "
+                  f"nothing moved for {timeout} s: a break, return or exit that only some ranks take "
+                  "(inside `if rank == 0:`?)", flush=True)
             os._exit(1)
+
+    def stopping():
+        _state["stops"] += 1
+        store.set(f"stops{rank}", str(_state["stops"]))
+        threading.Thread(target=watch, args=(_state["stops"], _state["progress"]), daemon=True).start()
 
     def wrap(original):
         def wrapper(*args, **kwargs):
-            leaving()
-            return original(*args, **kwargs)
+            stopping()
+            result = original(*args, **kwargs)
+            _state["progress"] += 1
+            return result
         return wrapper
     dist.barrier = wrap(dist.barrier)
     dist.destroy_process_group = wrap(dist.destroy_process_group)
     train = model.train
 
     def train_or_eval(mode=True):
-        if not mode:
-            leaving()
+        if not mode and model.training:  # from training to evaluation
+            stopping()
         return train(mode)
     model.train = train_or_eval  # model.eval() calls it with mode=False
 
@@ -219,7 +239,6 @@ def check(model, loader, global_batch=None, epoch=None, exit_timeout=300):
         raise SystemExit("error: ddp_check.check() runs after init_process_group()")
     # Its own gloo group: its messages never mix with the training's (nccl or gloo) ones.
     _state["group"] = dist.new_group(backend="gloo")
-    _state["exits"] = dist.new_group(backend="gloo")  # and one for the exit watch alone
     _world()
     _shards(loader, epoch)
     _batch(loader, global_batch)
@@ -231,10 +250,10 @@ def check(model, loader, global_batch=None, epoch=None, exit_timeout=300):
     def before_forward(module, inputs):  # counts training steps; compares after the first one
         if module.training and torch.is_grad_enabled():
             _state["steps"] += 1
-            _state["since"] += 1
+            _state["progress"] += 1
             if _state["steps"] == 2:
                 _replicas(model, 1)
     model.register_forward_pre_hook(before_forward)
-    _exits(model, datetime.timedelta(seconds=exit_timeout))
-    _say("exits", "ok", f"watching: a rank that stops training while others go on stops the job "
-         f"(after {exit_timeout} s)")
+    _exits(model, exit_timeout)
+    _say("exits", "ok", f"watching: a rank stuck for {exit_timeout} s after it stopped training "
+         "while others did not ends the job")
