@@ -404,3 +404,17 @@ def test_notebook_pages_share_their_css(site_dir):
         for href in re.findall(r'<link rel="stylesheet" href="([^"]+)"', text):
             if not href.startswith("http"):
                 assert (path.parent / href).resolve().is_file(), f"{path.parent.name}: {href} missing"
+
+
+def test_notebook_pages_leave_the_set_up_cell_to_the_download(site_dir):
+    """Issue 24: a notebook page reads as a lesson. Each notebook's first code cell (imports, the
+    helpers from tools/jobs.py; it prints nothing) is tagged 'harness', which mkdocs.yml's
+    remove_tag_config leaves out of the page; the downloaded notebook keeps it."""
+    for nb in sorted(ROOT.glob("notebooks/*.ipynb")):
+        cells = [c for c in json.loads(nb.read_text())["cells"] if c["cell_type"] == "code"]
+        first = cells[0]
+        assert "harness" in first["metadata"].get("tags", []), f"{nb.name}: tag its set-up cell 'harness'"
+        assert not first["outputs"], f"{nb.name}: the hidden set-up cell prints something"
+        assert not any("harness" in c["metadata"].get("tags", []) for c in cells[1:]), nb.name
+        page = (site_dir / "notebooks" / nb.stem / "index.html").read_text()
+        assert "../tools" not in page, f"{nb.name}: its set-up cell is still on the page"
