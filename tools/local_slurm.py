@@ -40,6 +40,10 @@ NO_PROJECT = "no_project"  # every user's default account: a job without --accou
 # nodes at NVME, where each job gets $TMPDIR (NVME/job_<id>/tmp, emptied when the job ends);
 # on LUMI nodes as /tmp (LUMI's /tmp is the node's RAM, cleaned after each job).
 NVME = Path("/run/nvme")
+# Folders under /tmp that a LUMI node's own /tmp carries along (bind mounts inside it): the
+# cluster's state, and the repository whose jobs it runs when that lies under /tmp (a clone in
+# /tmp, as CI may make): without them a LUMI job could not see its own batch script's files.
+CARRIED = [d for d in (STATE, Path(__file__).resolve().parent.parent) if d.is_relative_to("/tmp")]
 # --8<-- [end:settings]
 NODES = {}  # node name -> (cluster key, address)
 for _key, _c in CLUSTERS.items():
@@ -420,10 +424,10 @@ def start_node(name):
     mounts = [f"mount --bind {STATE}/hosts /etc/hosts", f"mount --bind {STATE}/resolv.conf /etc/resolv.conf"]
     disk = STATE / "nodes" / name  # this node's local disk: no other node mounts it
     if key == "lumi":
-        # /tmp of its own, carrying the cluster's state folder (a mount point inside it) along;
-        # first, so that the binds below land in the state folder this node sees
-        inner = disk / STATE.relative_to("/tmp") if STATE.is_relative_to("/tmp") else None
-        mounts += ([f"mount --bind {STATE} {inner}"] if inner else []) + [f"mount --rbind {disk} /tmp"]
+        # /tmp of its own, carrying the state folder and the repository along (mount points
+        # inside it); first, so that the binds below land in the state folder this node sees
+        mounts += [f"mount --bind {d} {disk / d.relative_to('/tmp')}" for d in CARRIED]
+        mounts += [f"mount --rbind {disk} /tmp"]
         mounts += [f"mount --bind {STATE}/lumi/appl {APPL}",
                    f"mount --bind {STATE}/lumi/modules {STATE}/modules/site"]
     else:
@@ -446,8 +450,8 @@ def start(venv_bin=None):
         disk = STATE / "nodes" / name
         disk.mkdir(parents=True, exist_ok=True)
         disk.chmod(0o1777)  # a /tmp: every user may write, only the owner removes
-        if key == "lumi" and STATE.is_relative_to("/tmp"):
-            (disk / STATE.relative_to("/tmp")).mkdir(parents=True, exist_ok=True)
+        for d in CARRIED if key == "lumi" else []:
+            (disk / d.relative_to("/tmp")).mkdir(parents=True, exist_ok=True)
     if not NVME.exists():
         NVME.mkdir(parents=True)
         (STATE / "made-nvme").touch()
