@@ -81,22 +81,29 @@ def submit(sbatch_file, *options, check=True, grep=None):
     tests it is the practice cluster, and the cells print what they always printed.
     grep: as in run(), print only the distinct lines containing this text, sorted.
     """
-    (ROOT / "logs").mkdir(exist_ok=True)
     if not _practice():
         return _submit_and_watch(sbatch_file, options, check, grep)
-    cmd = ["sbatch", "--parsable", "--wait", f"--output={ROOT}/logs/job-%j.out", *options, sbatch_file]
-    print(f"$ sbatch {' '.join([*options, sbatch_file])}")
+    job_id, code = _sbatch([*options, sbatch_file], wait=True)
+    out = job_output(job_id)
+    print(f"job {job_id} ended with exit code {code}; its output:")
+    _show(out, grep)
+    if check and code != 0:
+        raise RuntimeError(f"job {job_id} failed with exit code {code}")
+    return out
+
+
+def _sbatch(args, wait=False):
+    """sbatch ARGS (options, the file, the script's arguments) from the repository root, the
+    job's output in logs/; prints the command as a reader types it. Returns (job id, exit code:
+    with wait, the job's)."""
+    (ROOT / "logs").mkdir(exist_ok=True)
+    cmd = ["sbatch", "--parsable", *(["--wait"] if wait else []), f"--output={ROOT}/logs/job-%j.out", *args]
+    print(f"$ sbatch {' '.join(args)}")
     r = subprocess.run(cmd, cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     m = re.match(r"(\d+)", r.stdout)
     if not m:
         raise RuntimeError(f"sbatch refused the job: {r.stderr.strip()}")
-    job_id = m.group(1)
-    out = job_output(job_id)
-    print(f"job {job_id} ended with exit code {r.returncode}; its output:")
-    _show(out, grep)
-    if check and r.returncode != 0:
-        raise RuntimeError(f"job {job_id} failed with exit code {r.returncode}")
-    return out
+    return m.group(1), r.returncode
 
 
 def numbers(pattern, text):
@@ -107,15 +114,9 @@ def numbers(pattern, text):
 def start(sbatch_file, *args):
     """Submit an sbatch file without waiting; return the job id (step 11: a job to inspect while
     it runs). `args` come after the file: sbatch passes them to the batch script ("$@")."""
-    (ROOT / "logs").mkdir(exist_ok=True)
-    cmd = ["sbatch", "--parsable", f"--output={ROOT}/logs/job-%j.out", sbatch_file, *args]
-    print(f"$ sbatch {' '.join([sbatch_file, *args])}")
-    r = subprocess.run(cmd, cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    m = re.match(r"(\d+)", r.stdout)
-    if not m:
-        raise RuntimeError(f"sbatch refused the job: {r.stderr.strip()}")
-    print(f"job {m.group(1)} submitted")
-    return m.group(1)
+    job_id, _ = _sbatch([sbatch_file, *args])
+    print(f"job {job_id} submitted")
+    return job_id
 
 
 def wait_job(job_id, until=None, timeout=300):
@@ -203,13 +204,7 @@ def _submit_and_watch(sbatch_file, options, check, grep):
                          "%env SBATCH_ACCOUNT=project_<number> in a cell (your project), then this cell again")
     print(f"cluster {cluster.group(1) if cluster else '?'}, partition {partition or '(default)'}, "
           f"account {account} (from {source})")
-    cmd = ["sbatch", "--parsable", f"--output={ROOT}/logs/job-%j.out", *options, sbatch_file]
-    print(f"$ sbatch {' '.join([*options, sbatch_file])}")
-    r = subprocess.run(cmd, cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    m = re.match(r"(\d+)", r.stdout)
-    if not m:
-        raise RuntimeError(f"sbatch refused the job: {r.stderr.strip()}")
-    job_id = m.group(1)
+    job_id, _ = _sbatch([*options, sbatch_file])
     limit = float(os.environ.get("JOBS_WAIT_LIMIT", 1800))
     start_time, shown, state = time.monotonic(), None, ""
     while True:
