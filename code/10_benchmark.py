@@ -146,13 +146,18 @@ def gpu_utilisation(fn):
     bus_id = f"{props.pci_domain_id:08X}:{props.pci_bus_id:02X}:{props.pci_device_id:02X}.0"  # not
     # an index, which CUDA_VISIBLE_DEVICES renumbers for PyTorch but not for nvidia-smi
 
-    def sample():
-        while not stop.is_set():
-            out = subprocess.run(["nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits",
-                                  f"--id={bus_id}"], capture_output=True, text=True).stdout
-            if out.strip().isdigit():  # not "[N/A]" or an error
-                samples.append(float(out))
-            time.sleep(0.2)
+    def sample():  # nvidia-smi writes to a file, not a pipe: a DataLoader worker forked meanwhile
+        # inherits a pipe's write end and holds it open, and reading to its end then never returns
+        with tempfile.TemporaryFile("w+") as f:  # (measured: the H200 run hung here for minutes)
+            while not stop.is_set():
+                f.seek(0), f.truncate()
+                subprocess.run(["nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits",
+                                f"--id={bus_id}"], stdout=f, stderr=subprocess.DEVNULL)
+                f.seek(0)
+                out = f.read().strip()
+                if out.isdigit():  # not "[N/A]" or an error
+                    samples.append(float(out))
+                time.sleep(0.2)
     t = threading.Thread(target=sample)
     t.start()
     try:

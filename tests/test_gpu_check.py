@@ -106,6 +106,12 @@ def test_hook_renders_the_gpu_mark_from_a_results_file():
     skipped = mkdocs_hooks.gpu_status(ROOT, "02", results=[SAMPLE])
     assert skipped.startswith('!!! note "GPU results: not yet measured"') and "needs 2 GPUs" in skipped
     assert mkdocs_hooks.gpu_status(ROOT, "03", results=[SAMPLE]) == none  # no entry of step 3 there
+    # step 10: the benchmark's own reports in benchmarks/ count as a GPU run of that step (and only of it)
+    ladder = [p for p in ROOT.glob("benchmarks/*.json") if "entries" not in (r := json.loads(p.read_text()))
+              and r.get("results") and not r.get("smoke")]
+    ten = mkdocs_hooks.gpu_status(ROOT, "10")
+    assert ten.startswith('!!! success "Ran on a GPU') == bool(ladder), ten
+    assert all(f"benchmarks/{p.name}" in ten for p in ladder)
 
     class Cfg:
         config_file_path = str(ROOT / "mkdocs.yml")

@@ -6,6 +6,8 @@ step 10's whole ladder, one results file and a one-screen summary.
     python3 tools/gpu_check.py --only 12_fsdp2_bf16_compile_dcp@1,10_benchmark
     python3 tools/gpu_check.py --missing   # only what has not passed yet (the next 10-minute piece)
     python3 tools/gpu_check.py --cpu-smoke --out-dir /tmp/x   # CPU: gloo, tiny sizes (tests/test_gpu_check.py)
+    python3 tools/gpu_check.py --out-dir DIR   # a machine you only borrow: the file is rewritten after
+                                               # every entry, so a call cut short keeps what ran
 
 Each entry runs the scripts as a reader would (torchrun = python -m torch.distributed.run), with
 world size 1 and with as many processes as the machine has GPUs, and passes when they exit as

@@ -193,7 +193,8 @@ def gpu_status(root, step, results=None):
 
     `results`: the results files (default benchmarks/gpu-*.json, smoke runs left out). Without
     one, or without an entry of this step in them, the honest 'not yet measured'."""
-    results = sorted(Path(root).glob("benchmarks/gpu-*.json")) if results is None else results
+    stored = results is None  # the repository's own files (step 10: its benchmark's reports too)
+    results = sorted(Path(root).glob("benchmarks/gpu-*.json")) if stored else results
     blocks = []
     for path in results:
         rep = json.loads(Path(path).read_text())
@@ -222,6 +223,16 @@ def gpu_status(root, step, results=None):
         body.append(f"Every figure with its command: `benchmarks/{Path(path).name}`. The scripts' outputs "
                     f"shown on this page come from the CPU runs that the tests repeat.")
         blocks.append(f'!!! {kind} "{title}"\n\n    ' + " ".join(body))
+    if step == "10" and stored:  # code/10_benchmark.py's own reports (benchmarks/*.json): the ladder, run on its own
+        reports = [(q, json.loads(q.read_text())) for q in sorted(Path(root).glob("benchmarks/*.json"))]
+        runs = [(q, r) for q, r in reports if r.get("results") and "device" in r and "entries" not in r
+                and not r.get("smoke")]
+        if runs:
+            devices = ", ".join(dict.fromkeys(f"{r['device']} (torch {r['torch']})" for _, r in runs))
+            blocks.append(f'!!! success "Ran on a GPU: {devices}"\n\n    `code/10_benchmark.py` ran its ladder on '
+                          f"one GPU: {', '.join(f'`benchmarks/{q.name}`' for q, _ in runs)}. "
+                          "[GPU results](#gpu-results) shows every row; the other outputs on this page come "
+                          "from the CPU runs that the tests repeat.")
     if not blocks:
         return ('!!! note "GPU results: not yet measured"\n\n    No GPU has run this step\'s scripts yet: '
                 "every output on this page comes from CPU runs (gloo). One command runs them on a GPU "
