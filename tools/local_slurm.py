@@ -356,6 +356,11 @@ def start_munge():
     shutil.chown("/run/munge", "munge", "munge")
     sh("su", "-s", "/bin/sh", "munge", "-c", "/usr/sbin/munged")
     (STATE / "made-munge").touch()  # so stop() ends only the munged that start() started
+    for _ in range(100):  # slurmdbd, started next, gives up at once without the socket
+        if Path("/run/munge/munge.socket.2").exists():
+            return
+        time.sleep(0.1)
+    raise ClusterError("munged started but /run/munge/munge.socket.2 did not appear within 10 s")
 
 
 def wait_for(what, ok, seconds=30):
@@ -490,10 +495,13 @@ def start(venv_bin=None):
 
 
 def kill_pidfile(pidfile, sig=signal.SIGTERM):
+    """Signal the process a pid file names; return its pid (None: no such file or process)."""
     try:
-        os.kill(int(Path(pidfile).read_text().split()[0]), sig)
+        pid = int(Path(pidfile).read_text().split()[0])
+        os.kill(pid, sig)
+        return pid
     except (OSError, ValueError):
-        pass
+        return None
 
 
 def stop(quiet=False):
@@ -529,7 +537,11 @@ def stop(quiet=False):
     if quiet:
         return
     if (STATE / "made-munge").exists():
-        kill_pidfile("/run/munge/munged.pid")
+        pid = kill_pidfile("/run/munge/munged.pid")
+        for _ in range(100):  # until it has gone: exiting, it removes its socket, which a munged
+            if pid is None or not Path(f"/proc/{pid}").exists():  # started right after would need
+                break
+            time.sleep(0.1)
     shutil.rmtree(STATE, ignore_errors=True)  # logs, spool, modules: nothing is left behind
     print(f"local cluster stopped; {STATE} removed")
 
