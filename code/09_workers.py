@@ -3,12 +3,14 @@
 One process, no training: a loader with 2 workers is iterated, and after 5 batches the signal
 goes to the process and its workers at once, as Slurm sends it to every process of a job step.
 The main process handles it (it only notes it); the workers keep PyTorch's handlers
-(--workers-hear default) or run ignore_stop_signals first (step 9's fix).
+(--workers-hear default) or run ignore_stop_signals first (step 9's fix). Each option takes a
+comma-separated list: every combination runs in turn, each with a new loader.
 
 spawn and forkserver start each worker as a new Python that imports this file again, so
 everything runs under `if __name__ == "__main__":`.
 """
 import argparse
+import itertools
 import re
 import signal
 import time
@@ -21,37 +23,44 @@ from ddp_helpers import ignore_stop_signals, signal_like_slurm, stop_signals_blo
 noted = []  # the main process's handler only notes the signal, as step 9's training does
 
 
-def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--start-method", default="fork", choices=["fork", "spawn", "forkserver"])
-    p.add_argument("--send", default="USR1", choices=["USR1", "TERM", "slurm"],
-                   help="slurm: wait after 5 batches for a signal from outside (scancel --signal)")
-    p.add_argument("--workers-hear", default="ignore", choices=["ignore", "default"])
-    args = p.parse_args()
-    for s in (signal.SIGUSR1, signal.SIGTERM):
-        signal.signal(s, lambda signum, frame: noted.append(signal.Signals(signum).name))
-    ignore = args.workers_hear == "ignore"
+def one_case(start_method, send, workers_hear):
+    noted.clear()
+    ignore = workers_hear == "ignore"
     loader = DataLoader(TensorDataset(torch.arange(400.0)), batch_size=4, num_workers=2,
-                        multiprocessing_context=args.start_method,
+                        multiprocessing_context=start_method,
                         worker_init_fn=ignore_stop_signals if ignore else None)
     with stop_signals_blocked(ignore):
         batches = iter(loader)
     i = 0
     try:
         for i, _ in enumerate(batches):
-            if i == 5 and args.send == "slurm":  # a job step: Slurm signals us and the workers
+            if i == 5 and send == "slurm":  # a job step: Slurm signals us and the workers
                 print("waiting for Slurm's signal", flush=True)
                 while not noted:
                     time.sleep(0.05)
                 time.sleep(0.5)  # the workers got it at the same moment: let them act on it
             elif i == 5:
-                signal_like_slurm(args.send)
+                signal_like_slurm(send)
         result = f"all {i + 1} batches; the main process noted {noted}"
     except RuntimeError as e:  # how the main process learns that a worker died
         why = re.sub(r" \(pid \d+\)", "", str(e).splitlines()[0].strip())  # (pids differ per run)
         result = f"failed after batch {i}: {why}"
-    sent = noted[0][3:] if args.send == "slurm" and noted else args.send
-    print(f"{args.start_method:10} SIG{sent:5} workers: {args.workers_hear:8} -> {result}", flush=True)
+    del batches  # ends the workers still alive before the next case
+    sent = noted[0][3:] if send == "slurm" and noted else send
+    print(f"{start_method:10} SIG{sent:5} workers: {workers_hear:8} -> {result}", flush=True)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--start-method", default="fork", help="fork, spawn, forkserver (comma-separated)")
+    p.add_argument("--send", default="USR1", help="USR1, TERM or slurm: wait after 5 batches for a "
+                                                  "signal from outside (scancel --signal)")
+    p.add_argument("--workers-hear", default="ignore", help="ignore, default")
+    args = p.parse_args()
+    for s in (signal.SIGUSR1, signal.SIGTERM):
+        signal.signal(s, lambda signum, frame: noted.append(signal.Signals(signum).name))
+    for case in itertools.product(*(a.split(",") for a in (args.start_method, args.send, args.workers_hear))):
+        one_case(*case)
 
 
 if __name__ == "__main__":

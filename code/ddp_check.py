@@ -17,7 +17,8 @@ Rank 0 prints the lines (an exits PROBLEM: the rank that is stuck); each begins 
 - exits    a rank that stops training (model.eval(), barrier, destroy_process_group) and is
            stuck there while others have not stopped says so and ends the job, instead of a hang
            until the time limit;
-- threads  CPU threads per process vs the cores each process has.
+- threads  CPU threads per process vs the cores each process has;
+- workers  the loader's worker processes per rank vs those cores.
 
 It adds no work to the training steps but one comparison after the first step; each stop
 writes one key to the process group's store (a private PyTorch call, _get_default_store) and
@@ -231,6 +232,21 @@ def _threads():
              f"OMP_NUM_THREADS={per_process}")
     else:
         _say("threads", "ok", line)
+    return per_process
+
+
+def _workers(loader, per_process):  # loader workers are processes too, on the same cores
+    workers = getattr(loader, "num_workers", 0)
+    line = (f"{workers} loader worker{'s' * (workers != 1)} per rank, "
+            f"{per_process} core{'s' * (per_process != 1)} per rank")
+    if workers > per_process:
+        _say("workers", "PROBLEM", f"{line}: more worker processes than cores; "
+             f"num_workers={max(1, per_process - 1)}")
+    elif workers == 0 and per_process > 2:
+        _say("workers", "note", f"{line}: the training process prepares every batch itself; "
+             "workers could do it meanwhile (num_workers)")
+    else:
+        _say("workers", "ok", line)
 
 
 def check(model, loader, global_batch=None, epoch=None, exit_timeout=300):
@@ -242,7 +258,7 @@ def check(model, loader, global_batch=None, epoch=None, exit_timeout=300):
     _world()
     _shards(loader, epoch)
     _batch(loader, global_batch)
-    _threads()
+    _workers(loader, _threads())
     if not isinstance(model, torch.nn.parallel.DistributedDataParallel):
         _say("replicas", "PROBLEM", f"the model is a {type(model).__name__}, not "
              "DistributedDataParallel: each rank trains its own copy")
