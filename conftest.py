@@ -63,24 +63,18 @@ def site_dir(tmp_path_factory):
     return out
 
 
-# `make test` runs two files at a time (pytest-xdist, --dist loadgroup): each notebook or test file
-# stays on one worker, in order. Files whose jobs would meet on the practice cluster share a group
-# and so run one after the other: the clusters notebook shows LUMI dev-g's per-user limits, which
-# the root jobs of test_sbatch (dev-g) and test_local_slurm (dev-g) would fill.
-SHARED_GROUPS = {"clusters.ipynb": "lumi-dev-g", "test_sbatch.py": "lumi-dev-g", "test_local_slurm.py": "lumi-dev-g"}
-
-
-# The longest groups start first, so that no long one is left to run alone at the end.
-LONG_FIRST = ["notebooks/09-reliability.ipynb", "lumi-dev-g", "notebooks/your-own-script.ipynb",
-              "notebooks/12-fsdp2.ipynb", "tests/test_browser.py", "tests/test_cluster_user.py",
-              "notebooks/11-debugging.ipynb", "notebooks/03-lr-scaling.ipynb"]
+# `make test` runs two files at a time (pytest-xdist, --dist loadfile): each notebook or test file
+# stays on one worker, in order. The longest files start first, so that no long one is left to run
+# alone at the end; the clusters notebook, whose dev-g cell needs LUMI's dev-g without other jobs
+# of the same user (the per-user limits are its lesson), comes last, long after test_sbatch and
+# test_local_slurm (their dev-g jobs); its cell also waits until no such job is left.
+FIRST = ["tests/test_sbatch.py", "tests/test_local_slurm.py", "notebooks/09-reliability.ipynb",
+         "notebooks/your-own-script.ipynb", "notebooks/12-fsdp2.ipynb", "tests/test_browser.py",
+         "tests/test_cluster_user.py", "notebooks/11-debugging.ipynb", "notebooks/03-lr-scaling.ipynb"]
+LAST = ["notebooks/clusters.ipynb"]
 
 
 def pytest_collection_modifyitems(config, items):
-    group = {}
-    for item in items:
-        path = Path(str(item.path))
-        group[item] = SHARED_GROUPS.get(path.name, str(path.relative_to(ROOT)))
-        item.add_marker(pytest.mark.xdist_group(group[item]))
-    rank = {name: i for i, name in enumerate(LONG_FIRST)}
-    items.sort(key=lambda item: rank.get(group[item], len(rank)))  # stable: each file keeps its order
+    rank = {name: i for i, name in enumerate(FIRST + [None] + LAST)}
+    where = lambda item: str(Path(str(item.path)).relative_to(ROOT))  # noqa: E731
+    items.sort(key=lambda item: rank.get(where(item), rank[None]))  # stable: each file keeps its order
