@@ -19,6 +19,7 @@ def group():
     dist.destroy_process_group()
 
 
+@pytest.mark.filterwarnings("ignore:This DataLoader will create")  # the loaders never start a worker here
 @pytest.mark.parametrize("workers, cores, verdict, says", [
     (4, 2, "PROBLEM", "4 loader workers per rank, 2 cores per rank: more worker processes than cores; num_workers=1"),
     (0, 72, "note", "0 loader workers per rank, 72 cores per rank: the training process prepares every batch"),
