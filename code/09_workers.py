@@ -57,9 +57,14 @@ def main():
                                                   "signal from outside (scancel --signal)")
     p.add_argument("--workers-hear", default="ignore", help="ignore, default")
     args = p.parse_args()
+    cases = [a.split(",") for a in (args.start_method, args.send, args.workers_hear)]
+    allowed_values = (["fork", "spawn", "forkserver"], ["USR1", "TERM", "slurm"], ["ignore", "default"])
+    for given, allowed in zip(cases, allowed_values):
+        for bad in set(given) - set(allowed):
+            p.error(f"{bad!r} is not one of {', '.join(allowed)}")
     for s in (signal.SIGUSR1, signal.SIGTERM):
         signal.signal(s, lambda signum, frame: noted.append(signal.Signals(signum).name))
-    for case in itertools.product(*(a.split(",") for a in (args.start_method, args.send, args.workers_hear))):
+    for case in itertools.product(*cases):
         one_case(*case)
 
 

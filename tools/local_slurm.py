@@ -356,11 +356,8 @@ def start_munge():
     shutil.chown("/run/munge", "munge", "munge")
     sh("su", "-s", "/bin/sh", "munge", "-c", "/usr/sbin/munged")
     (STATE / "made-munge").touch()  # so stop() ends only the munged that start() started
-    for _ in range(100):  # slurmdbd, started next, gives up at once without the socket
-        if Path("/run/munge/munge.socket.2").exists():
-            return
-        time.sleep(0.1)
-    raise ClusterError("munged started but /run/munge/munge.socket.2 did not appear within 10 s")
+    # slurmdbd, started next, gives up at once without munge's socket
+    wait_for("munged (its socket /run/munge/munge.socket.2)", Path("/run/munge/munge.socket.2").exists, seconds=10)
 
 
 def wait_for(what, ok, seconds=30):
