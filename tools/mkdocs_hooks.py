@@ -126,12 +126,16 @@ def _output(root, notebook, tag):
              if tag in c.get("metadata", {}).get("tags", [])]
     if len(cells) != 1:
         raise ValueError(f"{notebook}: expected one cell tagged {tag!r}, found {len(cells)}")
-    parts = []
-    for out in cells[0].get("outputs", []):
+    parts, stream = [], ""
+    for out in cells[0].get("outputs", []) + [{}]:  # {}: the end, which flushes the last text
         data = out.get("data", {})
-        if out.get("output_type") == "stream":
-            parts.append("```text\n" + "".join(out["text"]).rstrip() + "\n```")
-        elif "image/png" in data:  # a computed figure, embedded as it was drawn
+        if out.get("output_type") == "stream":  # consecutive pieces of text are one block, as nbval
+            stream += "".join(out["text"])      # compares them: a cell prints in many pieces
+            continue
+        if stream.strip():
+            parts.append("```text\n" + stream.strip("\n").rstrip() + "\n```")
+        stream = ""
+        if "image/png" in data:  # a computed figure, embedded as it was drawn
             parts.append(f'<img alt="{tag}" src="data:image/png;base64,{data["image/png"].strip()}">')
         elif "text/markdown" in data:
             parts.append("".join(data["text/markdown"]))
