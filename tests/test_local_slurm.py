@@ -82,7 +82,9 @@ def test_each_cluster_has_its_own_software(cluster):
 
 def test_gpus_are_handed_out_but_torch_sees_none(cluster):
     r = sh("srun -p gputest -A project_2001234 --gres=gpu:gh200:2 -t 1 bash -c 'echo $SLURM_GPUS_ON_NODE $CUDA_VISIBLE_DEVICES'", cluster)
-    assert r.stdout.split() == ["2", "0,1"], r.stderr
+    # No cgroups here: the node's own numbers (2,3 while another job holds 0,1), not renumbered from 0
+    count, visible = r.stdout.split()
+    assert count == "2" and len(set(visible.split(","))) == 2 and set(visible.split(",")) <= set("0123"), r.stderr
 
 
 def test_sacct_knows_finished_jobs(cluster, tmp_path):
