@@ -31,7 +31,7 @@ system-deps:
 # pytest (helpers) + nbval strict (every notebook) + mkdocs build --strict + shellcheck +
 # every slurm/*.sbatch on the local 2-node Slurm cluster, which the run starts and stops.
 test: install system-deps
-	$(PY) -m pytest -n 2 --dist loadfile
+	$(PY) -m pytest -n 2 --dist loadfile --no-loadscope-reorder
 
 cluster-start: install system-deps
 	$(PY) tools/local_slurm.py start

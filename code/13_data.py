@@ -31,7 +31,7 @@ p.add_argument("--stage-to", help="copy the packed files from --data-dir into th
 p.add_argument("--prepare", default="before", choices=["before", "rank0", "rank0-no-wait"],
                help="before: a step before the ranks did it; rank0: rank 0 does it, the others wait")
 p.add_argument("--prepare-wait", type=int, default=3600, help="seconds the ranks wait for rank 0 to prepare")
-p.add_argument("--slow-prepare", type=float, default=0, help="seconds rank 0's preparation takes first")
+p.add_argument("--slow-prepare", type=float, default=0, help="seconds the preparation takes first (a large data set)")
 p.add_argument("--max-workers", type=int, default=8, help="loader workers per rank, at most")
 p.add_argument("--train-images", type=int, help="train on the first N images only (a small data set)")
 p.add_argument("--drop-last", action="store_true", help="drop each rank's last, smaller batch")
@@ -53,7 +53,7 @@ def shown(path):
 
 # --8<-- [start:prepare]
 if args.prepare_only:  # once, before any rank reads: login node, batch script or a job of its own
-    prepare_digits(args.data_dir)  # load_dataset("digits") (scikit-learn's file), written as files
+    prepare_digits(args.data_dir, slow=args.slow_prepare)  # scikit-learn's digits, written as files
     print(f"prepared {' and '.join(FILES)}")
     sys.exit()
 # --8<-- [end:prepare]

@@ -111,12 +111,26 @@ def numbers(pattern, text):
     return [float(x) for x in re.findall(pattern, text)]
 
 
-def start(sbatch_file, *args):
+def start(sbatch_file, *args, options=()):
     """Submit an sbatch file without waiting; return the job id (step 11: a job to inspect while
-    it runs). `args` come after the file: sbatch passes them to the batch script ("$@")."""
-    job_id, _ = _sbatch([sbatch_file, *args])
+    it runs). `args` come after the file: sbatch passes them to the batch script ("$@");
+    `options` before it, to sbatch itself (step 5: ["--begin=now+25"])."""
+    job_id, _ = _sbatch([*options, sbatch_file, *args])
     print(f"job {job_id} submitted")
     return job_id
+
+
+def queue_state(job_id, until=None, timeout=60):
+    """squeue's state and reason, "PENDING (Dependency)", once the scheduler has looked at the
+    job (just submitted, it shows PENDING without a reason for a moment); with `until`, once
+    the reason is that one."""
+    deadline = time.monotonic() + timeout
+    while True:
+        state, reason = _squeue(job_id)
+        done = reason == until if until else (state != "PENDING" or reason not in ("", "None"))
+        if done or time.monotonic() > deadline:
+            return state + (f" ({reason})" if reason and reason != "None" else "")
+        time.sleep(0.2)
 
 
 def wait_job(job_id, until=None, timeout=300):
@@ -205,8 +219,16 @@ def _submit_and_watch(sbatch_file, options, check, grep):
     print(f"cluster {cluster.group(1) if cluster else '?'}, partition {partition or '(default)'}, "
           f"account {account} (from {source})")
     job_id, _ = _sbatch([*options, sbatch_file])
-    limit = float(os.environ.get("JOBS_WAIT_LIMIT", 1800))
-    start_time, shown, state = time.monotonic(), None, ""
+    if not watch(job_id, float(os.environ.get("JOBS_WAIT_LIMIT", 1800)), "JOBS_WAIT_LIMIT"):
+        state, _ = _squeue(job_id)
+        raise SystemExit(f"job {job_id} is still {state}: read it later with job_result(\"{job_id}\")")
+    return job_result(job_id, check=check, grep=grep)
+
+
+def watch(job_id, limit, why=None):
+    """While the job is in the queue, show squeue's state and reason and the time waited; True
+    once it has ended, False if it is still there after `limit` seconds (it stays queued)."""
+    start_time, shown = time.monotonic(), None
     while True:
         state, reason = _squeue(job_id)
         if state in ("", *FINAL):
@@ -218,13 +240,13 @@ def _submit_and_watch(sbatch_file, options, check, grep):
               end="", flush=True)
         shown = status
         if waited >= limit:
-            print(f"\nstopped waiting after {int(limit)} s (JOBS_WAIT_LIMIT); the job stays in the queue.\n"
+            print(f"\nstopped waiting after {int(limit)} s{f' ({why})' if why else ''}; the job stays in the queue.\n"
                   f"Later: job_result(\"{job_id}\") in a cell prints its output (squeue -j {job_id} shows it meanwhile).")
-            raise SystemExit(f"job {job_id} is still {state}: read it later with job_result(\"{job_id}\")")
+            return False
         time.sleep(2 if waited < 30 else 10)
     if shown is not None:
         print()
-    return job_result(job_id, check=check, grep=grep)
+    return True
 
 
 def job_result(job_id, check=True, grep=None):

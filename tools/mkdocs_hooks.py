@@ -132,6 +132,7 @@ def _output(root, notebook, tag):
         if out.get("output_type") == "stream":  # consecutive pieces of text are one block, as nbval
             stream += "".join(out["text"])      # compares them: a cell prints in many pieces
             continue
+        stream = re.sub(r"^.*\r(?=[^\n])", "", stream, flags=re.M)  # a line rewritten in place: its last form
         if stream.strip():
             parts.append("```text\n" + stream.strip("\n").rstrip() + "\n```")
         stream = ""
