@@ -1,8 +1,11 @@
-"""Start the local Slurm cluster before anything runs (nbval's kernels inherit its env).
+"""Start the local Slurm cluster before anything runs (nbval's kernels inherit its env), and
+run the notebooks as the cluster's ordinary user.
 
 At the repository root so that it applies to every pytest run, e.g. a single notebook.
 """
+import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -30,6 +33,8 @@ def pytest_sessionstart(session):
 
 
 def pytest_sessionfinish(session, exitstatus):
+    if _user_copy is not None:
+        shutil.rmtree(_user_copy, ignore_errors=True)
     if _started:
         local_slurm.stop(quiet=True)
 
@@ -38,6 +43,81 @@ def pytest_sessionfinish(session, exitstatus):
 # user, the kernel that tools/cluster-setup.sh registers), not a second time as root; named on
 # the command line (pytest notebooks/01-ddp.ipynb) they run here as well.
 AS_CLUSTER_USER = {ROOT / "notebooks" / "01-ddp.ipynb", ROOT / "notebooks" / "05-multinode.ipynb"}
+
+
+# Every other notebook runs as the practice cluster's ordinary user (local_slurm.CLUSTER_USER),
+# in that user's copy of the repository, and so do the jobs it submits; except notebook 13,
+# whose full-disk example mounts a small tmpfs over a node's $TMPDIR, which only root may.
+AS_ROOT = {ROOT / "notebooks" / "13-data.ipynb"}
+# Step 11's py-spy reads another process's memory: an ordinary user may only where Linux's Yama
+# allows it (ptrace_scope 0, or no Yama, as on the test machines so far); elsewhere, as root.
+_yama = Path("/proc/sys/kernel/yama/ptrace_scope")
+if _yama.exists() and _yama.read_text().strip() != "0":
+    AS_ROOT.add(ROOT / "notebooks" / "11-debugging.ipynb")
+KERNEL = "as-cluster-user"
+_user_copy = None
+
+
+def reachable_python():
+    """The project's Python (this run's), which other users may run: o+x on every folder above
+    the venv's python and the interpreter it links to."""
+    python = Path(sys.executable)
+    for folder in [*python.parents, *Path(os.path.realpath(python)).parents]:
+        if not folder.stat().st_mode & 0o001:
+            folder.chmod(folder.stat().st_mode | 0o001)
+    return python
+
+
+def user_copy():
+    """runs/as-<user>-<worker>/: the repository as the user's own copy (the notebooks write
+    runs/, logs/ and figures there), and the kernel spec that starts a kernel in it as that user
+    (tools/kernel-as-user). Under runs/, not /tmp: a LUMI node has a /tmp of its own."""
+    global _user_copy
+    if _user_copy is None:
+        user = local_slurm.CLUSTER_USER
+        copy = ROOT / "runs" / f"as-{user}-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}"
+        shutil.rmtree(copy, ignore_errors=True)
+        shutil.copytree(ROOT, copy, symlinks=True, ignore=shutil.ignore_patterns(
+            ".git", ".venv", ".whl", "site", "runs", "logs", "data", "__pycache__", ".pytest_cache", ".cache"))
+        spec = copy / ".jupyter" / "kernels" / KERNEL
+        spec.mkdir(parents=True)
+        (spec / "kernel.json").write_text(json.dumps({
+            "argv": [str(ROOT / "tools" / "kernel-as-user"), user, str(copy), str(ROOT), str(reachable_python()),
+                     "{connection_file}"],
+            "display_name": f"Python (as {user})", "language": "python"}))
+        subprocess.run(["chown", "-R", f"{user}:", str(copy)], check=True)
+        os.environ["JUPYTER_PATH"] = str(copy / ".jupyter")
+        _user_copy = copy
+    return _user_copy
+
+
+def submit_as_cluster_user(path, *options, timeout=900):
+    """tools/jobs.py's submit(path, *options), run as the cluster user from their copy of the
+    repository; returns what it printed (the job's output after a line on how it ended). Not
+    root: as this user, from here."""
+    if os.geteuid() != 0:
+        import jobs
+        return jobs.submit(path, *options)
+    user, copy = local_slurm.CLUSTER_USER, user_copy()
+    home = subprocess.run(["getent", "passwd", user], capture_output=True, text=True).stdout.split(":")[5]
+    code = "import sys; sys.path.insert(0, 'tools'); from jobs import submit; submit(*sys.argv[1:])"
+    r = subprocess.run(["setpriv", f"--reuid={user}", f"--regid={user}", "--init-groups", "env", f"HOME={home}",
+                        f"USER={user}", f"LOGNAME={user}", str(reachable_python()), "-c", code, path, *options],
+                       cwd=copy, capture_output=True, text=True, timeout=timeout)
+    assert r.returncode == 0, f"{path} as {user}: exit code {r.returncode}\n{r.stdout[-3000:]}{r.stderr[-3000:]}"
+    return r.stdout
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """Before a notebook's kernel starts: the cluster user's kernel, unless it must be root's."""
+    if item.path.suffix != ".ipynb" or os.geteuid() != 0 or not local_slurm.running():
+        return
+    as_user = item.path not in AS_ROOT
+    if as_user:
+        user_copy()
+    item.config.option.nbval_current_env = not as_user
+    item.config.option.nbval_kernel_name = KERNEL if as_user else None
 
 
 def pytest_ignore_collect(collection_path, config):
@@ -67,7 +147,7 @@ def site_dir(tmp_path_factory):
 # stays on one worker, in order. The longest files start first, so that no long one is left to run
 # alone at the end; the clusters notebook, whose dev-g cell needs LUMI's dev-g without other jobs
 # of the same user (the per-user limits are its lesson), comes last, long after test_sbatch and
-# test_local_slurm (their dev-g jobs); its cell also waits until no such job is left.
+# your-own-script (the cluster user's other dev-g jobs); its cell also waits until none is left.
 FIRST = ["tests/test_sbatch.py", "tests/test_local_slurm.py", "notebooks/09-reliability.ipynb",
          "notebooks/your-own-script.ipynb", "notebooks/12-fsdp2.ipynb", "tests/test_browser.py",
          "tests/test_cluster_user.py", "notebooks/11-debugging.ipynb", "notebooks/03-lr-scaling.ipynb"]

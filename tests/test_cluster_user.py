@@ -13,6 +13,7 @@ import pytest
 
 import jobs
 import local_slurm
+from conftest import reachable_python
 
 ROOT = Path(__file__).resolve().parent.parent
 # Run here only, as the cluster user, not a second time by the root run (conftest.py leaves them out).
@@ -92,15 +93,11 @@ def test_setup_in_lumis_container(cluster):
 
 
 def _ordinary_user(cluster):
-    """tutor, with a project, able to reach the project's Python (as test_local_slurm does)."""
-    if subprocess.run(["id", "tutor"], capture_output=True).returncode:
-        subprocess.run(["useradd", "--create-home", "tutor"], check=True)
-    subprocess.run("sacctmgr -i add user tutor Account=project_2001234 DefaultAccount=project_2001234",
-                   shell=True, capture_output=True, env={**os.environ, **cluster})
-    python = Path(os.path.realpath(ROOT / ".venv" / "bin" / "python"))
-    for folder in python.parents:
-        if not folder.stat().st_mode & 0o001:
-            folder.chmod(folder.stat().st_mode | 0o001)
+    """tutor (local_slurm.CLUSTER_USER: the practice cluster made it, with root's projects),
+    able to reach the project's Python."""
+    assert local_slurm.CLUSTER_USER == "tutor"
+    assert subprocess.run(["id", "tutor"], capture_output=True).returncode == 0
+    reachable_python()
 
 
 def test_notebooks_run_as_a_cluster_user(cluster):

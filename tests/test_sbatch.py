@@ -1,4 +1,5 @@
-"""sbatch files that no notebook submits: submitted unchanged to the local cluster here.
+"""sbatch files that no notebook submits: submitted unchanged to the local cluster here, as the
+cluster's ordinary user, from that user's copy of the repository (conftest.py), as the notebooks do.
 
 EXPECTED maps a file to regular expressions its job output must match. Files a notebook
 submits are checked there (nbval compares the job's output), see test_site.py.
@@ -7,7 +8,7 @@ import re
 
 import pytest
 
-from jobs import submit
+from conftest import submit_as_cluster_user
 
 EXPECTED = {
     # Step 1 on LUMI (AI Factory container, 8 GCDs) and on any Slurm site (your own virtualenv):
@@ -45,6 +46,6 @@ OPTIONS = {"slurm/01-ddp-generic.sbatch": ["--account=project_2001234"]}
 
 @pytest.mark.parametrize("path", sorted(EXPECTED))
 def test_sbatch_job(cluster, path):
-    out = submit(path, *OPTIONS.get(path, []))
+    out = submit_as_cluster_user(path, *OPTIONS.get(path, []))
     for pattern in EXPECTED[path]:
         assert re.search(pattern, out, re.M), f"{path}: no match for {pattern!r} in:\n{out}"

@@ -16,7 +16,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-(ROOT / "runs").mkdir(exist_ok=True)  # scripts write their weights here (git ignores it)
+for folder in ("runs", "logs"):  # weights; jobs' output, also where a cell's own sbatch puts it
+    (ROOT / folder).mkdir(exist_ok=True)  # (git ignores both)
 
 
 def _env():

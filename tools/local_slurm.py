@@ -36,6 +36,9 @@ PORTS = {"slurmctld": 6917, "slurmd": 6918, "mariadb": 6919, "slurmdbd": 6920}  
 LMOD_INIT = "/usr/share/lmod/lmod/init/bash"
 APPL = Path("/appl")  # LUMI's software tree path; created empty, filled only inside LUMI nodes
 NO_PROJECT = "no_project"  # every user's default account: a job without --account is refused
+# An ordinary user with the same projects as root: the tests run every notebook, and the jobs
+# they submit, as this user (conftest.py), as readers run them on a cluster.
+CLUSTER_USER = "tutor"
 # Each node's own local disk, a folder STATE/nodes/<node> that only that node mounts: on Roihu
 # nodes at NVME, where each job gets $TMPDIR (NVME/job_<id>/tmp, emptied when the job ends);
 # on LUMI nodes as /tmp (LUMI's /tmp is the node's RAM, cleaned after each job).
@@ -395,7 +398,9 @@ def start_accounting(qos):
     cmds = ["add cluster practice"]
     for name, q in qos.items():  # the gres/gpu limits follow once slurmctld has registered that TRES
         cmds += [f"add qos {name}", f"modify qos {name} set " + " ".join(f"{k}={v}" for k, v in q.items() if "TRES" not in k)]
-    users = {"root"} | ({os.environ["SUDO_USER"]} if os.environ.get("SUDO_USER") else set())
+    if subprocess.run(["id", CLUSTER_USER], capture_output=True).returncode:
+        sh("useradd", "--create-home", "--shell", "/bin/bash", CLUSTER_USER)
+    users = {"root", CLUSTER_USER} | ({os.environ["SUDO_USER"]} if os.environ.get("SUDO_USER") else set())
     for c in CLUSTERS.values():
         for acct in c["accounts"]:
             cmds.append(f"add account {acct} Description='{c['name']} project' Organization=practice")
