@@ -6,6 +6,7 @@ import atexit
 import contextlib
 import hashlib
 import importlib.util
+import multiprocessing.util  # noqa: F401 (its exit handler is registered first)
 import os
 import re
 import signal
@@ -326,6 +327,20 @@ def stop_signals_blocked(enabled=True):
     finally:
         if enabled:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+
+
+def end_workers_at_exit():
+    """At exit, multiprocessing stops the loader workers with SIGTERM, which they now ignore, and
+    then waits for them forever: a rank that fails (a collective's timeout, an error) would hold
+    its job until the time limit. Registered after multiprocessing's handler, this one runs first:
+    it ends them with SIGKILL (quietly: PyTorch's SIGCHLD handler would report each one)."""
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    for p in multiprocessing.active_children():
+        if p.daemon:
+            p.kill()
+
+
+atexit.register(end_workers_at_exit)
 # --8<-- [end:workers]
 
 

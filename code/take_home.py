@@ -12,6 +12,7 @@ import argparse
 import atexit
 import datetime
 import hashlib
+import multiprocessing.util  # noqa: F401 (its exit handler first)
 import os
 import signal
 import sys
@@ -145,6 +146,16 @@ def workers_ignore_signals(worker_id):  # the main process decides (step 9)
     for s in STOP_SIGNALS:
         signal.signal(s, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+
+
+def end_workers():  # at exit, before multiprocessing's SIGTERM, which they ignore
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    for p in multiprocessing.active_children():
+        if p.daemon:
+            p.kill()
+
+
+atexit.register(end_workers)  # else a rank that fails waits for them forever
 
 
 torch.manual_seed(0)  # the same initial weights on every rank
