@@ -76,6 +76,9 @@ def user_copy():
     if _user_copy is None:
         user = local_slurm.CLUSTER_USER
         copy = ROOT / "runs" / f"as-{user}-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}"
+        reachable_python()  # o+x on the folders above the repository too
+        copy.parent.mkdir(exist_ok=True)
+        copy.parent.chmod(copy.parent.stat().st_mode | 0o011)  # runs/, whatever the umask
         shutil.rmtree(copy, ignore_errors=True)
         shutil.copytree(ROOT, copy, symlinks=True, ignore=shutil.ignore_patterns(
             ".git", ".venv", ".whl", "site", "runs", "logs", "data", "__pycache__", ".pytest_cache", ".cache"))
