@@ -46,10 +46,9 @@ AS_CLUSTER_USER = {ROOT / "notebooks" / "01-ddp.ipynb", ROOT / "notebooks" / "05
 
 
 # Every other notebook runs as the practice cluster's ordinary user (local_slurm.CLUSTER_USER),
-# in that user's copy of the repository, and so do the jobs it submits; except notebook 13,
-# whose full-disk example mounts a small tmpfs over a node's $TMPDIR, which only root may.
-AS_ROOT = {ROOT / "notebooks" / "13-data.ipynb"}
-# Step 11's py-spy reads another process's memory: an ordinary user may only where Linux's Yama
+# in that user's copy of the repository, and so do the jobs it submits.
+AS_ROOT = set()
+# Except step 11's where needed: its py-spy reads another process's memory: an ordinary user may only where Linux's Yama
 # allows it (ptrace_scope 0, or no Yama, as on the test machines so far); elsewhere, as root.
 _yama = Path("/proc/sys/kernel/yama/ptrace_scope")
 if _yama.exists() and _yama.read_text().strip() != "0":

@@ -43,6 +43,7 @@ CLUSTER_USER = "tutor"
 # nodes at NVME, where each job gets $TMPDIR (NVME/job_<id>/tmp, emptied when the job ends);
 # on LUMI nodes as /tmp (LUMI's /tmp is the node's RAM, cleaned after each job).
 NVME = Path("/run/nvme")
+FULL_DISK = NVME / "full"  # on Roihu nodes: a disk with 64 KiB, step 13's full $TMPDIR
 # Folders under /tmp that a LUMI node's own /tmp carries along (bind mounts inside it): the
 # cluster's state, and the repository whose jobs it runs when that lies under /tmp (a clone in
 # /tmp, as CI may make): without them a LUMI job could not see its own batch script's files.
@@ -438,7 +439,9 @@ def start_node(name):
         mounts += [f"mount --bind {STATE}/lumi/appl {APPL}",
                    f"mount --bind {STATE}/lumi/modules {STATE}/modules/site"]
     else:
-        mounts += [f"mount --bind {disk} {NVME}"]
+        # ... and a full one beside it, for step 13's example of a full $TMPDIR: 64 KiB
+        mounts += [f"mount --bind {disk} {NVME}", f"mkdir -p {FULL_DISK}",
+                   f"mount -t tmpfs -o size=64k,mode=1777 tmpfs {FULL_DISK}"]
     # Not `ip netns exec`: it remounts /sys and slurmd then cannot find the cgroup fs.
     sh("nsenter", f"--net=/run/netns/ddp-{name}", "unshare", "--uts", "--mount", "sh", "-c",
        "; ".join(mounts + [f"hostname {name}", f"exec slurmd -f {conf} -N {name}"]),
