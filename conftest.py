@@ -46,8 +46,11 @@ AS_CLUSTER_USER = {ROOT / "notebooks" / "01-ddp.ipynb", ROOT / "notebooks" / "05
 
 
 # Every other notebook runs as the practice cluster's ordinary user (local_slurm.CLUSTER_USER),
-# in that user's copy of the repository, and so do the jobs it submits.
-AS_ROOT = set()
+# in that user's copy of the repository, and so do the jobs it submits. Except the take-home
+# script's: as tutor its jobs stalled twice in four full runs (a 16-rank job in a collective, an
+# 8-rank job after its requeue), never as root, cause not yet found (TAKE_HOME_AS_ROOT).
+TAKE_HOME_AS_ROOT = True
+AS_ROOT = {ROOT / "notebooks" / "take-home.ipynb"} if TAKE_HOME_AS_ROOT else set()
 # Except step 11's where needed: its py-spy reads another process's memory: an ordinary user may only where Linux's Yama
 # allows it (ptrace_scope 0, or no Yama, as on the test machines so far); elsewhere, as root.
 _yama = Path("/proc/sys/kernel/yama/ptrace_scope")
@@ -97,7 +100,7 @@ def submit_as_cluster_user(path, *options, timeout=900):
     """tools/jobs.py's submit(path, *options), run as the cluster user from their copy of the
     repository; returns what it printed (the job's output after a line on how it ended). Not
     root: as this user, from here."""
-    if os.geteuid() != 0:
+    if os.geteuid() != 0 or (TAKE_HOME_AS_ROOT and "take-home" in path):
         import jobs
         return jobs.submit(path, *options)
     user, copy = local_slurm.CLUSTER_USER, user_copy()
