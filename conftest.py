@@ -46,13 +46,10 @@ AS_CLUSTER_USER = {ROOT / "notebooks" / "01-ddp.ipynb", ROOT / "notebooks" / "05
 
 
 # Every other notebook runs as the practice cluster's ordinary user (local_slurm.CLUSTER_USER),
-# in that user's copy of the repository, and so do the jobs it submits. Except the take-home
-# script's: as tutor its jobs stalled twice in four full runs (a 16-rank job in a collective, an
-# 8-rank job after its requeue), never as root, cause not yet found (TAKE_HOME_AS_ROOT).
-TAKE_HOME_AS_ROOT = True
-AS_ROOT = {ROOT / "notebooks" / "take-home.ipynb"} if TAKE_HOME_AS_ROOT else set()
-# Except step 11's where needed: its py-spy reads another process's memory: an ordinary user may only where Linux's Yama
-# allows it (ptrace_scope 0, or no Yama, as on the test machines so far); elsewhere, as root.
+# in that user's copy of the repository, and so do the jobs it submits.
+AS_ROOT = set()
+# Except step 11's where needed: its py-spy reads another process's memory, which an ordinary
+# user may only where Linux's Yama allows it (ptrace_scope 0, or no Yama); elsewhere, as root.
 _yama = Path("/proc/sys/kernel/yama/ptrace_scope")
 if _yama.exists() and _yama.read_text().strip() != "0":
     AS_ROOT.add(ROOT / "notebooks" / "11-debugging.ipynb")
@@ -78,7 +75,7 @@ def user_copy():
     if _user_copy is None:
         user = local_slurm.CLUSTER_USER
         copy = ROOT / "runs" / f"as-{user}-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}"
-        reachable_python()  # o+x on the folders above the repository too
+        python = reachable_python()  # o+x on the folders above the repository too
         copy.parent.mkdir(exist_ok=True)
         copy.parent.chmod(copy.parent.stat().st_mode | 0o011)  # runs/, whatever the umask
         shutil.rmtree(copy, ignore_errors=True)
@@ -87,8 +84,7 @@ def user_copy():
         spec = copy / ".jupyter" / "kernels" / KERNEL
         spec.mkdir(parents=True)
         (spec / "kernel.json").write_text(json.dumps({
-            "argv": [str(ROOT / "tools" / "kernel-as-user"), user, str(copy), str(ROOT), str(reachable_python()),
-                     "{connection_file}"],
+            "argv": [str(ROOT / "tools" / "kernel-as-user"), user, str(copy), str(ROOT), str(python), "{connection_file}"],
             "display_name": f"Python (as {user})", "language": "python"}))
         subprocess.run(["chown", "-R", f"{user}:", str(copy)], check=True)
         os.environ["JUPYTER_PATH"] = str(copy / ".jupyter")
@@ -100,14 +96,14 @@ def submit_as_cluster_user(path, *options, timeout=900):
     """tools/jobs.py's submit(path, *options), run as the cluster user from their copy of the
     repository; returns what it printed (the job's output after a line on how it ended). Not
     root: as this user, from here."""
-    if os.geteuid() != 0 or (TAKE_HOME_AS_ROOT and "take-home" in path):
+    if os.geteuid() != 0:
         import jobs
         return jobs.submit(path, *options)
     user, copy = local_slurm.CLUSTER_USER, user_copy()
     home = subprocess.run(["getent", "passwd", user], capture_output=True, text=True).stdout.split(":")[5]
     code = "import sys; sys.path.insert(0, 'tools'); from jobs import submit; submit(*sys.argv[1:])"
     r = subprocess.run(["setpriv", f"--reuid={user}", f"--regid={user}", "--init-groups", "env", f"HOME={home}",
-                        f"USER={user}", f"LOGNAME={user}", str(reachable_python()), "-c", code, path, *options],
+                        f"USER={user}", f"LOGNAME={user}", sys.executable, "-c", code, path, *options],
                        cwd=copy, capture_output=True, text=True, timeout=timeout)
     assert r.returncode == 0, f"{path} as {user}: exit code {r.returncode}\n{r.stdout[-3000:]}{r.stderr[-3000:]}"
     return r.stdout
