@@ -152,27 +152,16 @@ def test_slurm_signals_spawn_workers_in_a_job_step(cluster, sig, hear, result):
 
 
 FAILING_RANK = """
-import atexit, multiprocessing.util, signal, sys, torch
+import sys, torch
+sys.path.insert(0, "code")
 {helpers}
 loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.arange(64.0)), batch_size=4,
-                                     num_workers=2, persistent_workers=True, worker_init_fn={ignore})
+                                     num_workers=2, persistent_workers=True, worker_init_fn={ignore},
+                                     multiprocessing_context="{start}")
 for i, batch in enumerate(loader):
     if i == 3:
         raise RuntimeError("a collective timed out")  # any error of a rank, mid-epoch
 """
-
-
-def _take_home_functions():
-    """take_home.py's own STOP_SIGNALS, workers_ignore_signals, end_workers and its atexit line
-    (the file trains when run, so take them out of it)."""
-    import ast
-    source = (ROOT / "code" / "take_home.py").read_text()
-    keep = [n for n in ast.parse(source).body if
-            (isinstance(n, ast.FunctionDef) and n.name in ("workers_ignore_signals", "end_workers"))
-            or (isinstance(n, ast.Assign) and ast.unparse(n.targets[0]) == "STOP_SIGNALS")
-            or (isinstance(n, ast.Expr) and "atexit.register(end_workers)" in ast.unparse(n))]
-    assert len(keep) == 4, [ast.unparse(n)[:40] for n in keep]
-    return "\n".join(ast.get_source_segment(source, n) for n in keep)
 
 
 @pytest.mark.parametrize("script", ["ddp_helpers", "take_home"])
@@ -181,11 +170,14 @@ def test_a_failing_rank_with_workers_that_ignore_signals_still_exits(script):
     multiprocessing's exit handler stops them with SIGTERM and then waits for them forever,
     so the job would hold its nodes until its time limit (found as the cluster user: a 16-rank
     job whose collective timed out hung on). The scripts end them with SIGKILL at exit."""
-    if script == "ddp_helpers":
-        code = FAILING_RANK.format(helpers="sys.path.insert(0, 'code'); from ddp_helpers import ignore_stop_signals",
-                                   ignore="ignore_stop_signals")
-    else:
-        code = FAILING_RANK.format(helpers=_take_home_functions(), ignore="workers_ignore_signals")
+    if script == "ddp_helpers":  # its import registers end_workers_at_exit; steps 4 and 9 fork
+        code = FAILING_RANK.format(helpers="from ddp_helpers import ignore_stop_signals",
+                                   ignore="ignore_stop_signals", start="fork")
+    else:  # the file trains only as __main__; main() registers end_workers as this does
+        assert "    atexit.register(end_workers)" in (ROOT / "code" / "take_home.py").read_text()
+        code = FAILING_RANK.format(helpers="import atexit\nfrom take_home import end_workers, "
+                                           "workers_ignore_signals\natexit.register(end_workers)",
+                                   ignore="workers_ignore_signals", start="spawn")
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert r.returncode == 1, r.stderr[-2000:]
     assert r.stderr.rstrip().endswith("RuntimeError: a collective timed out"), r.stderr[-2000:]
