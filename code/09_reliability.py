@@ -130,17 +130,21 @@ if os.path.exists(args.checkpoint):
 last_mask = {}  # this rank's dropout mask of the last step: checked at the end
 model.module.features[1].register_forward_hook(lambda m, inputs, out: last_mask.update(m=out == 0))
 stopped = False
+# --8<-- [start:loop]
+# One loader for every epoch: its workers start once, at the first iter(), before any backward
+# pass (forked later, from a process whose threads have run, a worker can hang at birth: see the
+# take-home page). Its sampler is a list that each epoch refills with the data still to read.
+rest = []
+ignore = args.worker_signals == "ignore"  # the workers must outlive Slurm's signals
+# fork, asked for: Python 3.14's default (forkserver) would run this file again in each worker
+loader = DataLoader(train, batch_size=batch, sampler=rest, generator=loader_rng, num_workers=args.workers,
+                    persistent_workers=args.workers > 0, multiprocessing_context="fork" if args.workers else None,
+                    worker_init_fn=ignore_stop_signals if ignore else None)
 for epoch in range(start_epoch, args.epochs):
     sampler.set_epoch(epoch)
-    # --8<-- [start:loop]
     # The data position: this epoch's indices for this rank, minus the batches already done.
-    rest = list(sampler)[start_step * batch:]
-    ignore = args.worker_signals == "ignore"  # the workers must outlive Slurm's signals
-    # fork, asked for: Python 3.14's default (forkserver) would run this file again in each worker
-    loader = DataLoader(train, batch_size=batch, sampler=rest, generator=loader_rng, num_workers=args.workers,
-                        multiprocessing_context="fork" if args.workers else None,
-                        worker_init_fn=ignore_stop_signals if ignore else None)
-    with stop_signals_blocked(ignore):  # the workers start here
+    rest[:] = list(sampler)[start_step * batch:]
+    with stop_signals_blocked(ignore):  # the first epoch's starts the workers
         batches = iter(loader)
     for step, (x, y) in enumerate(batches, start=start_step):
         x, y = x.to(device), y.to(device)
@@ -157,7 +161,6 @@ for epoch in range(start_epoch, args.epochs):
         if stop.item():
             stopped = True
             break
-    del batches  # ends this epoch's loader workers (they ignore SIGTERM)
     if stopped:
         save_checkpoint(epoch, step + 1, loss_sum)
         if rank == 0:  # after the checkpoint: the marker promises that it exists

@@ -111,7 +111,9 @@ workers = min(args.max_workers, cores - 1)  # one core stays with the rank's own
 sampler = DistributedSampler(train, seed=args.seed)  # each rank reads its own 1/world_size
 loader = DataLoader(train, batch_size=batch, sampler=sampler, num_workers=workers, drop_last=args.drop_last,
                     persistent_workers=workers > 0,    # the same workers (and open files) every epoch
-                    pin_memory=device.type == "cuda")  # page-locked batches: faster copies to the GPU
+                    pin_memory=device.type == "cuda",  # page-locked batches: faster copies to the GPU
+                    # fork, asked for: Python 3.14's forkserver would run this file again in each worker
+                    multiprocessing_context="fork" if workers else None)
 print0(f"SLURM_CPUS_PER_TASK={os.environ.get('SLURM_CPUS_PER_TASK', 'unset')}; rank 0 sees {seen} cores, "
        f"shared by {sharing} rank(s): {cores} each, so {workers} loader workers per rank")
 # --8<-- [end:workers]
