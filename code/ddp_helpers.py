@@ -6,6 +6,7 @@ import atexit
 import contextlib
 import hashlib
 import importlib.util
+import multiprocessing.resource_tracker
 import multiprocessing.util  # noqa: F401 (its exit handler is registered first)
 import os
 import re
@@ -321,6 +322,10 @@ def stop_signals_blocked(enabled=True):
     until ignore_stop_signals() ignores them; a signal in between would find PyTorch's handler.
     This process gets a signal that arrived meanwhile when the block ends."""
     if enabled:
+        signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+        # spawn and forkserver need multiprocessing's resource tracker, and starting it
+        # unblocks SIGTERM: start it now, then block again
+        multiprocessing.resource_tracker.ensure_running()
         signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
     try:
         yield

@@ -12,6 +12,7 @@ import argparse
 import atexit
 import datetime
 import hashlib
+import multiprocessing.resource_tracker
 import multiprocessing.util  # noqa: F401 (its exit handler first)
 import os
 import signal
@@ -91,6 +92,20 @@ def workers_ignore_signals(worker_id):  # the main process decides (step 9)
     for s in STOP_SIGNALS:
         signal.signal(s, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+
+
+def start_workers(loader):
+    """iter(loader), whose first call starts the workers: with Slurm's
+    signals blocked, so that they meet none before workers_ignore_signals.
+    This process gets a signal that came meanwhile when the block ends."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    # spawn needs multiprocessing's resource tracker, whose start unblocks
+    # SIGTERM: start it first, then block again
+    multiprocessing.resource_tracker.ensure_running()
+    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    batches = iter(loader)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+    return batches
 
 
 def end_workers():  # at exit, before multiprocessing's SIGTERM: they ignore it
@@ -223,9 +238,7 @@ def main():
     for epoch in range(start_epoch, args.epochs):
         sampler.set_epoch(epoch)  # without it every epoch reads one order
         rest[:] = list(sampler)[start_step * batch:]  # minus the batches done
-        signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
-        batches = iter(loader)  # the first starts the workers: signals blocked
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+        batches = start_workers(loader)
         losses, flag = [], torch.zeros(1, device=device)
         for step, (x, y) in enumerate(batches, start=start_step):
             loss = F.cross_entropy(model(x.to(device)), y.to(device))

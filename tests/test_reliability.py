@@ -181,3 +181,41 @@ def test_a_failing_rank_with_workers_that_ignore_signals_still_exits(script):
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert r.returncode == 1, r.stderr[-2000:]
     assert r.stderr.rstrip().endswith("RuntimeError: a collective timed out"), r.stderr[-2000:]
+
+
+WORKERS_FIRST_MASK = """
+import signal, sys, torch
+sys.path.insert(0, {code!r})
+import {module}
+
+
+def first_mask(worker_id):  # what a worker started with, before it ignores the signals
+    names = sorted(s.name for s in signal.pthread_sigmask(signal.SIG_BLOCK, []) if s in {module}.STOP_SIGNALS)
+    print("worker", worker_id, "blocked", names, flush=True)
+    {module}.{ignore}(worker_id)
+
+
+if __name__ == "__main__":
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.arange(8.0)), batch_size=2,
+                                         num_workers=2, worker_init_fn=first_mask, multiprocessing_context="spawn")
+    {start}
+    assert len(list(batches)) == 4
+"""
+
+
+@pytest.mark.parametrize("module", ["ddp_helpers", "take_home"])
+def test_spawned_workers_start_with_both_signals_blocked(module, tmp_path):
+    """A spawned worker is a new Python: until worker_init_fn ignores Slurm's signals, SIGTERM
+    kills it. The workers must start with USR1 and TERM blocked, but multiprocessing's resource
+    tracker, which spawn starts on first use, unblocks SIGTERM as it starts: the helpers start
+    it before they block again (without that, the workers start with only USR1 blocked)."""
+    start = ("with ddp_helpers.stop_signals_blocked():\n        batches = iter(loader)"
+             if module == "ddp_helpers" else "batches = take_home.start_workers(loader)")
+    ignore = "ignore_stop_signals" if module == "ddp_helpers" else "workers_ignore_signals"
+    script = tmp_path / "first_mask.py"
+    script.write_text(WORKERS_FIRST_MASK.format(code=str(ROOT / "code"), module=module, ignore=ignore,
+                                                start=start))
+    r = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    lines = sorted(l for l in r.stdout.splitlines() if l.startswith("worker"))
+    assert lines == [f"worker {i} blocked ['SIGTERM', 'SIGUSR1']" for i in (0, 1)], r.stdout
