@@ -151,6 +151,9 @@ def test_slurm_signals_spawn_workers_in_a_job_step(cluster, sig, hear, result):
 
 
 
+# Each helper module's worker_init_fn that makes loader workers ignore Slurm's signals
+IGNORE_IN_WORKERS = {"ddp_helpers": "ignore_stop_signals", "take_home": "workers_ignore_signals"}
+
 FAILING_RANK = """
 import sys, torch
 sys.path.insert(0, "code")
@@ -171,13 +174,13 @@ def test_a_failing_rank_with_workers_that_ignore_signals_still_exits(script):
     so the job would hold its nodes until its time limit (found as the cluster user: a 16-rank
     job whose collective timed out hung on). The scripts end them with SIGKILL at exit."""
     if script == "ddp_helpers":  # its import registers end_workers_at_exit; steps 4 and 9 fork
-        code = FAILING_RANK.format(helpers="from ddp_helpers import ignore_stop_signals",
-                                   ignore="ignore_stop_signals", start="fork")
+        code = FAILING_RANK.format(helpers=f"from ddp_helpers import {IGNORE_IN_WORKERS[script]}",
+                                   ignore=IGNORE_IN_WORKERS[script], start="fork")
     else:  # the file trains only as __main__; main() registers end_workers as this does
         assert "    atexit.register(end_workers)" in (ROOT / "code" / "take_home.py").read_text()
         code = FAILING_RANK.format(helpers="import atexit\nfrom take_home import end_workers, "
                                            "workers_ignore_signals\natexit.register(end_workers)",
-                                   ignore="workers_ignore_signals", start="spawn")
+                                   ignore=IGNORE_IN_WORKERS[script], start="spawn")
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert r.returncode == 1, r.stderr[-2000:]
     assert r.stderr.rstrip().endswith("RuntimeError: a collective timed out"), r.stderr[-2000:]
@@ -211,10 +214,9 @@ def test_spawned_workers_start_with_both_signals_blocked(module, tmp_path):
     it before they block again (without that, the workers start with only USR1 blocked)."""
     start = ("with ddp_helpers.stop_signals_blocked():\n        batches = iter(loader)"
              if module == "ddp_helpers" else "batches = take_home.start_workers(loader)")
-    ignore = "ignore_stop_signals" if module == "ddp_helpers" else "workers_ignore_signals"
     script = tmp_path / "first_mask.py"
-    script.write_text(WORKERS_FIRST_MASK.format(code=str(ROOT / "code"), module=module, ignore=ignore,
-                                                start=start))
+    script.write_text(WORKERS_FIRST_MASK.format(code=str(ROOT / "code"), module=module,
+                                                ignore=IGNORE_IN_WORKERS[module], start=start))
     r = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
     lines = sorted(l for l in r.stdout.splitlines() if l.startswith("worker"))
