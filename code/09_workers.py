@@ -29,7 +29,7 @@ def one_case(start_method, send, workers_hear):
     loader = DataLoader(TensorDataset(torch.arange(400.0)), batch_size=4, num_workers=2,
                         multiprocessing_context=start_method,
                         worker_init_fn=ignore_stop_signals if ignore else None)
-    with stop_signals_blocked(ignore):
+    with stop_signals_blocked(ignore, start_method):
         batches = iter(loader)
     i = 0
     try:

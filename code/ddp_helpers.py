@@ -317,16 +317,16 @@ def ignore_stop_signals(worker_id):
 
 
 @contextlib.contextmanager
-def stop_signals_blocked(enabled=True):
+def stop_signals_blocked(enabled=True, start_method="fork"):
     """Start loader workers inside this (`iter(loader)`): they begin with the signals blocked
     until ignore_stop_signals() ignores them; a signal in between would find PyTorch's handler.
-    This process gets a signal that arrived meanwhile when the block ends."""
+    This process gets a signal that arrived meanwhile when the block ends. Give the loader's
+    `start_method`: spawn and forkserver need multiprocessing's resource tracker."""
     if enabled:
         signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
-        # spawn and forkserver need multiprocessing's resource tracker, and starting it
-        # unblocks SIGTERM: start it now, then block again
-        multiprocessing.resource_tracker.ensure_running()
-        signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+        if start_method != "fork":  # starting the tracker unblocks SIGTERM: start it, block again
+            multiprocessing.resource_tracker.ensure_running()
+            signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
     try:
         yield
     finally:

@@ -212,7 +212,7 @@ def test_spawned_workers_start_with_both_signals_blocked(module, tmp_path):
     kills it. The workers must start with USR1 and TERM blocked, but multiprocessing's resource
     tracker, which spawn starts on first use, unblocks SIGTERM as it starts: the helpers start
     it before they block again (without that, the workers start with only USR1 blocked)."""
-    start = ("with ddp_helpers.stop_signals_blocked():\n        batches = iter(loader)"
+    start = ("with ddp_helpers.stop_signals_blocked(start_method=\"spawn\"):\n        batches = iter(loader)"
              if module == "ddp_helpers" else "batches = take_home.start_workers(loader)")
     script = tmp_path / "first_mask.py"
     script.write_text(WORKERS_FIRST_MASK.format(code=str(ROOT / "code"), module=module,
