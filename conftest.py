@@ -21,6 +21,9 @@ _started = False
 
 def pytest_sessionstart(session):
     global _started
+    # Every run the tests make, on the CPU path that the stored outputs come from (issue 35).
+    import jobs
+    os.environ.update(jobs.pinned_cpu_path())
     if os.environ.get("LOCAL_SLURM") == "off":
         return
     try:

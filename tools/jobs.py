@@ -9,6 +9,7 @@ Commands run from the repository root, so paths read the same as in the README. 
 command or job raises, so a notebook (and the test suite that executes it) stops right there.
 """
 import os
+import platform
 import re
 import subprocess
 import sys
@@ -20,12 +21,47 @@ for folder in ("runs", "logs"):  # weights; jobs' output, also where a cell's ow
     (ROOT / folder).mkdir(exist_ok=True)  # (git ignores both)
 
 
-def _env():
-    # The notebook's own Python (the project's virtualenv) first on PATH: python, torchrun, ...
+# --8<-- [start:pinned]
+# The CPU's numeric path, the same on every x86-64 machine with AVX2, Intel or AMD (issue 35):
+# PyTorch's own kernels as compiled for AVX2 (not AVX-512 where the CPU has it), oneDNN's
+# convolutions capped at AVX2, MKL's matrix products on its reproducible branch, one thread
+# per process (the order of a sum split over threads changes its last bits). The tutorial's
+# local runs and practice-cluster jobs use it, so a login node prints the pages' digits. It
+# cannot reach aarch64 (Roihu's GH200 nodes) or GPUs: they print other last digits.
+PINNED_CPU_PATH = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2",
+                   "MKL_CBWR": "COMPATIBLE", "OMP_NUM_THREADS": "1"}
+# Local runs use the CPU even where the session has a GPU (Roihu's web Jupyter on gputest):
+# two processes on one GPU would pick nccl and stop (issue 37).
+CPU_ONLY = {"CUDA_VISIBLE_DEVICES": "", "HIP_VISIBLE_DEVICES": "", "ROCR_VISIBLE_DEVICES": ""}
+
+
+def pinned_cpu_path():
+    """PINNED_CPU_PATH on x86-64; nothing elsewhere (the variables mean nothing there)."""
+    return dict(PINNED_CPU_PATH) if platform.machine() in ("x86_64", "AMD64") else {}
+# --8<-- [end:pinned]
+
+
+def _env(local=False):
+    """The environment of a command: the notebook's own Python (the project's virtualenv) first
+    on PATH (python, torchrun, ...). local: a run on this machine, on its CPU, with the pinned
+    numeric path; the practice cluster's jobs get the pinned path too (its nodes are this
+    machine); a real cluster's jobs get neither."""
     env = dict(os.environ)
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     env.setdefault("OMP_NUM_THREADS", "1")  # what torchrun would set; 2 processes share few cores
+    if local or _practice():
+        env.update(pinned_cpu_path())
+    if local:
+        env.update(CPU_ONLY)
     return env
+
+
+def where_local_runs_go():
+    """One line: where run() runs its commands (printed by a notebook's first cell)."""
+    where = "local runs: this machine's CPU (gloo), whatever GPUs it has; "
+    if pinned_cpu_path():
+        return where + "numeric path pinned: any x86-64 CPU prints the pages' digits"
+    return where + f"{platform.machine()}: the last digits may differ from the pages'"
 
 
 # torch 2.10's gloo announces every connection on stdout, "[Gloo] Rank 0 is connected to 1 peer
@@ -50,6 +86,9 @@ def _show(text, grep):
     print("".join(lines if grep is None else sorted({l for l in lines if grep in l})), end="")
 
 
+_told = False
+
+
 def run(cmd, check=True, timeout=300, grep=None):
     """Run a shell command from the repository root; print and return its output.
 
@@ -57,8 +96,12 @@ def run(cmd, check=True, timeout=300, grep=None):
     why a run failed without the launcher's tracebacks; ranks print in any order, so sorting
     keeps the shown output stable); the whole output is still returned.
     """
+    global _told
+    if not _told:  # once per notebook: where its local runs go
+        print(f"({where_local_runs_go()})")
+        _told = True
     print(f"$ {cmd}")
-    r = subprocess.run(cmd, shell=True, cwd=ROOT, env=_env(), timeout=timeout,
+    r = subprocess.run(cmd, shell=True, cwd=ROOT, env=_env(local=True), timeout=timeout,
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     r.stdout = without_gloo_lines(r.stdout)
     _show(r.stdout, grep)
