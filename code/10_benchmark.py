@@ -9,16 +9,23 @@ MNIST-shaped data for a ladder of input pipelines and optimisations, and writes 
 
 A model this small is bound by kernel launches and the input pipeline, not by arithmetic, so
 the order of the ladder is the lesson: feed the GPU first, then cut launch overhead.
+
+GPU utilisation is read in this process through NVML (torch.cuda.utilization, or the driver's
+libnvidia-ml directly), from the main thread, only while a rung is timed: no thread and no child
+process. (An nvidia-smi started from a sampler thread hung this script: a loader worker forked
+while the thread was inside subprocess.run kept that call's private pipe open.) The JSON is
+rewritten after every rung, and a rung that stalls for --stall-after seconds dumps every
+thread's stack (faulthandler), so a job killed at its time limit keeps what it measured.
 """
 import argparse
+import ctypes
+import faulthandler
 import json
 import math
 import os
 import platform
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 import numpy as np
@@ -34,7 +41,9 @@ p.add_argument("--batch-sizes", type=int, nargs="+", default=[100, 1024])
 p.add_argument("--seconds", type=float, default=3.0, help="time spent measuring each variant")
 p.add_argument("--n-images", type=int, default=60000)
 p.add_argument("--smoke", action="store_true", help="tiny sizes: checks every code path runs")
-p.add_argument("--out", help="write the results here (JSON)")
+p.add_argument("--out", help="write the results here (JSON), rewritten after every rung")
+p.add_argument("--stall-after", type=float, default=120,
+               help="seconds: a rung still running then dumps every thread's stack to stderr")
 args = p.parse_args()
 if args.smoke:
     args.seconds, args.n_images = 0.3, 2000
@@ -85,19 +94,28 @@ def time_is_up(start):
     return up.item() > 0  # .item() waits for the GPU: the steps so far have finished
 
 
-def measure(step, batches, images):
-    """Images per second of `step` over `args.seconds`, after a warm-up."""
+def measure(step, batches, images, busy):
+    """(images per second of `step` over `args.seconds` after a warm-up, mean GPU utilisation %).
+    busy() reads the utilisation; sampled from the second half of the timed window at most every
+    0.2 s (NVML's figure covers its last 1/6 to 1 s: not the warm-up or compilation)."""
     for _ in range(3):
         step(*next(batches))
     if cuda:
         torch.cuda.synchronize()
-    n, start = 0, time.perf_counter()
+    n, start, samples, last = 0, time.perf_counter(), [], 0.0
     while True:
         step(*next(batches))
         n += 1
-        if n % (20 if cuda else 1) == 0 and time_is_up(start):  # on GPUs: one sync per 20 steps
-            break
-    return n * images / (time.perf_counter() - start)
+        if n % (20 if cuda else 1) == 0:  # on GPUs: one sync per 20 steps
+            if time_is_up(start):
+                break
+            now = time.perf_counter()
+            if busy and now - start >= min(1.0, args.seconds / 2) and now - last >= 0.2:
+                samples.append(busy())
+                last = now
+    images_per_s = n * images / (time.perf_counter() - start)
+    samples = [s for s in samples if s is not None]
+    return images_per_s, (sum(samples) / len(samples) if samples else None)
 
 
 # V100s (before Ampere) only emulate bf16, slowly: there autocast to fp16 (no loss scaling: we
@@ -137,34 +155,46 @@ def cuda_graph_step(model, opt, batch, memory_format):
     return replay
 
 
-def gpu_utilisation(fn):
-    """Run fn() while nvidia-smi samples GPU utilisation; return (fn's result, mean %)."""
-    if not cuda or subprocess.run(["which", "nvidia-smi"], capture_output=True).returncode:
-        return fn(), None
-    samples, stop = [], threading.Event()
-    props = torch.cuda.get_device_properties(device)  # this rank's GPU, by its PCI address:
-    bus_id = f"{props.pci_domain_id:08X}:{props.pci_bus_id:02X}:{props.pci_device_id:02X}.0"  # not
-    # an index, which CUDA_VISIBLE_DEVICES renumbers for PyTorch but not for nvidia-smi
+def utilisation_reader():
+    """A function that returns this GPU's utilisation in % (None when unknown), or None without a
+    GPU. In-process NVML: no thread and no child process, so nothing can race a forked loader."""
+    if not cuda:
+        return None
+    try:  # needs nvidia-ml-py (CUDA) or amdsmi (ROCm)
+        torch.cuda.utilization(device)
+        return lambda: torch.cuda.utilization(device)
+    except Exception:
+        pass
+    props = torch.cuda.get_device_properties(device)  # this rank's GPU, by its PCI address: not an
+    bus_id = f"{props.pci_domain_id:08X}:{props.pci_bus_id:02X}:{props.pci_device_id:02X}.0"  # index,
+    try:  # which CUDA_VISIBLE_DEVICES renumbers for PyTorch but not for NVML
+        nvml, handle = ctypes.CDLL("libnvidia-ml.so.1"), ctypes.c_void_p()
+        if nvml.nvmlInit_v2() or nvml.nvmlDeviceGetHandleByPciBusId_v2(bus_id.encode(), ctypes.byref(handle)):
+            return None
+    except (OSError, AttributeError):  # no NVIDIA driver library (ROCm without amdsmi)
+        return None
+    rates = (ctypes.c_uint * 2)()  # nvmlUtilization_t: gpu %, memory %
+    return lambda: None if nvml.nvmlDeviceGetUtilizationRates(handle, rates) else float(rates[0])
 
-    def sample():  # nvidia-smi writes to a file, not a pipe: a DataLoader worker forked meanwhile
-        # inherits a pipe's write end and holds it open, and reading to its end then never returns
-        with tempfile.TemporaryFile("w+") as f:  # (measured: the H200 run hung here for minutes)
-            while not stop.is_set():
-                f.seek(0), f.truncate()
-                subprocess.run(["nvidia-smi", "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits",
-                                f"--id={bus_id}"], stdout=f, stderr=subprocess.DEVNULL)
-                f.seek(0)
-                out = f.read().strip()
-                if out.isdigit():  # not "[N/A]" or an error
-                    samples.append(float(out))
-                time.sleep(0.2)
-    t = threading.Thread(target=sample)
-    t.start()
-    try:
-        return fn(), (sum(samples) / len(samples) if samples else None)
-    finally:
-        stop.set()
-        t.join()
+
+def write_report(results, complete):
+    """The JSON so far: rewritten after every rung, so a job killed mid-ladder keeps its rows."""
+    if not args.out or (ddp and rank != 0):
+        return
+    report = {
+        "device": torch.cuda.get_device_name() if cuda else f"CPU ({os.cpu_count()} cores, {platform.processor() or platform.machine()})",
+        "torch": torch.__version__, "cuda": torch.version.cuda if cuda else None,
+        "hip": torch.version.hip if cuda else None, "python": sys.version.split()[0],
+        "command": " ".join(["python"] + sys.argv), "date": time.strftime("%Y-%m-%d"), "smoke": args.smoke,
+        "seconds_per_variant": args.seconds, "n_images": args.n_images, "complete": complete, "results": results,
+    }
+    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
+    with open(args.out + ".tmp", "w") as f:
+        json.dump(report, f, indent=1)
+    os.replace(args.out + ".tmp", args.out)
+
+
+busy = utilisation_reader()
 
 
 with tempfile.TemporaryDirectory() as root:
@@ -186,6 +216,8 @@ with tempfile.TemporaryDirectory() as root:
             "+ channels_last": (True, lambda m, o: (make_step(m.to(memory_format=torch.channels_last), o),
                                                     batches_on_device(x_all, y_all, batch, torch.channels_last))),
             "+ torch.compile": (True, lambda m, o: (make_step(torch.compile(m), o), batches_on_device(x_all, y_all, batch))),
+            '+ torch.compile(mode="reduce-overhead")': (True, lambda m, o: (  # + CUDA graphs of the model
+                make_step(torch.compile(m, mode="reduce-overhead"), o), batches_on_device(x_all, y_all, batch))),
             "+ CUDA graph of the whole step": (True, lambda m, o: (cuda_graph_step(m, o, batch, torch.contiguous_format),
                                                                    batches_on_device(x_all, y_all, batch))),
         }
@@ -208,27 +240,22 @@ with tempfile.TemporaryDirectory() as root:
                 opt = torch.optim.SGD(model.parameters(), lr=row["lr"], momentum=0.9)
                 step, batches = build(model, opt)
                 images = batch * world if weak else batch // world * world if ddp else batch  # 100 on 8 GPUs: 96
-                row["images_per_s"], row["gpu_util_percent"] = gpu_utilisation(lambda: measure(step, batches, images))
+                faulthandler.dump_traceback_later(args.stall_after)  # a stall shows where every thread is
+                row["images_per_s"], row["gpu_util_percent"] = measure(step, batches, images, busy)
+                faulthandler.cancel_dump_traceback_later()
                 if ddp:  # each rank timed the same lockstep steps of the global batch: average them
                     t = torch.tensor(row["images_per_s"] / world, device=device)
                     torch.distributed.all_reduce(t)
                     row["images_per_s"], row["gpus"] = t.item(), world
                 assert math.isfinite(row["images_per_s"]) and row["images_per_s"] > 0
             results.append(row)
+            write_report(results, complete=False)  # before the line: a reader who sees it finds the row
             shown = row.get("skipped") or f"{row['images_per_s']:>10,.0f} images/s"
             if not ddp or rank == 0:
                 print(f"batch {batch:>5}  {name:<40} {shown}", flush=True)
 
-report = {
-    "device": torch.cuda.get_device_name() if cuda else f"CPU ({os.cpu_count()} cores, {platform.processor() or platform.machine()})",
-    "torch": torch.__version__, "cuda": torch.version.cuda if cuda else None,
-    "hip": torch.version.hip if cuda else None, "python": sys.version.split()[0],
-    "smoke": args.smoke, "seconds_per_variant": args.seconds, "n_images": args.n_images, "results": results,
-}
+write_report(results, complete=True)
 if args.out and (not ddp or rank == 0):
-    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(report, f, indent=1)
     print(f"wrote {args.out}")
 if ddp:
     cleanup()
