@@ -79,12 +79,12 @@ def test_masked_values_are_explained_where_they_appear(site_dir):
                     assert mkdocs_hooks.masked_note(text), f"{nb.name}: {repl} printed, not explained:\n{text[:300]}"
                     tag = (cell["metadata"].get("tags") or [None])[0]
                     if tag:
-                        shown = mkdocs_hooks._output(ROOT, f"notebooks/{nb.name}", tag)
+                        shown = mkdocs_hooks.output(ROOT, f"notebooks/{nb.name}", tag)
                         assert shown.startswith('<p class="masked-note">'), (nb.name, tag)
     assert {"09-reliability.ipynb", "11-debugging.ipynb"} <= set(cells), cells
     page = ('<div class="jp-OutputArea-output"><pre>stopped in epoch E after batch B of 15</pre></div>'
             '<div class="jp-OutputArea-output"><pre>epoch 1 loss 0.5</pre></div>')
-    out = mkdocs_hooks.NOTEBOOK_OUTPUT.sub(mkdocs_hooks._note_masks, page)
+    out = mkdocs_hooks.NOTEBOOK_OUTPUT.sub(mkdocs_hooks.note_masks, page)
     assert out.count('class="masked-note"') == 1 and out.index("masked-note") < out.index("epoch E")
     for built in ["09-reliability", "notebooks/09-reliability", "11-debugging", "notebooks/11-debugging"]:
         assert 'class="masked-note"' in (site_dir / built / "index.html").read_text(), built

@@ -1,0 +1,34 @@
+"""Code blocks after rendering: out of the search index (results show prose, not code dumps),
+except the error lines of outputs (search.py); a copy button on a block with `$ ` command lines
+copies the commands, without the prompt and without the output; outputs wrap between words."""
+import html
+import re
+
+from .search import error_lines, error_section
+from .wrapping import keep_whole
+
+CODE_BLOCK = re.compile(r'<div class="([^"]*\bhighlight\b[^"]*)">(<pre>.*?</pre>)</div>', re.S)
+
+
+def _commands(pre):
+    """The commands of a block's `$ ` lines, without the prompt (continuation lines included)."""
+    text = html.unescape(re.sub(r"<[^>]+>", "", pre))
+    cmds, going_on = [], False
+    for line in text.splitlines():
+        if line.startswith("$ ") or going_on:
+            cmds.append(line[2:] if line.startswith("$ ") and not going_on else line)
+            going_on = line.endswith("\\")
+    return "\n".join(cmds)
+
+
+def code_block(m, seen):
+    cls, pre = m.groups()
+    extra = " data-search-exclude"  # code in the index made every result a code dump
+    cmds = _commands(pre)
+    if cmds:  # Material's copy button copies the closest data-copy instead of the block's text
+        extra += f' data-copy="{html.escape(cmds)}"'
+    found = ""
+    if "language-text" in cls:  # an output: it wraps at spaces (reading.css), never inside a token
+        found = error_section(error_lines(pre), seen)  # (in source code 'error' is code)
+        pre = keep_whole(pre)
+    return f'{found}<div class="{cls}"{extra}>{pre}</div>'
