@@ -8,7 +8,9 @@ the marker. Slurm signals every process of the step, loader workers too: they ig
 written at the end of every epoch, for the failures that give no warning (a killed process).
 At start every rank resumes from the checkpoint if there is one, and the run ends with the
 weights of an uninterrupted run: bitwise with 2 processes, up to float rounding with more (a
-new DDP's first all-reduce sums the gradients in another order).
+new DDP's first all-reduce sums the gradients in another order). That holds on CPU; on a GPU
+only with --deterministic (cuDNN's default kernels are not: an H100 resumed to other weights,
+with the same losses to 4 decimals).
 """
 import argparse
 import hashlib
@@ -46,6 +48,8 @@ p.add_argument("--send", default="USR1", choices=["USR1", "TERM"], help="the sig
 p.add_argument("--save", help="write the trained weights here (rank 0)")
 p.add_argument("--backend", default="auto", choices=["auto", "nccl", "gloo"])
 p.add_argument("--timeout", type=int, default=300, help="seconds before a missing rank is an error")
+p.add_argument("--deterministic", action="store_true", help="deterministic GPU kernels only (slower): "
+                                                            "a resumed run then equals an uninterrupted one bitwise")
 args = p.parse_args()
 os.makedirs(os.path.dirname(args.checkpoint) or ".", exist_ok=True)
 requeue_marker = args.checkpoint + ".requeue"  # "stopped on a signal, checkpoint written": requeue
@@ -64,6 +68,13 @@ signal.signal(signal.SIGTERM, request_stop)  # preemption, the time limit, scanc
 # --8<-- [end:signal]
 
 
+# --8<-- [start:deterministic]
+if args.deterministic:  # before CUDA starts: cuBLAS reads this once
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True)  # an op without a deterministic kernel: an error
+    torch.backends.cudnn.benchmark = False  # no autotuning: the same kernels in every run
+    torch.backends.cudnn.deterministic = True  # and only cuDNN's deterministic convolutions
+# --8<-- [end:deterministic]
 rank, local_rank, world_size, device = setup_distributed(args.backend, timeout_s=args.timeout)
 batch = per_rank_batch(args.batch_size, world_size)
 torch.manual_seed(args.seed)  # the same initial weights on every rank
@@ -80,7 +91,7 @@ loader_rng = torch.Generator().manual_seed(args.seed + 1000 * rank)
 opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
 sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=args.epochs)
 print0(f"{world_size} processes, backend {dist.get_backend()}, device {device.type}, "
-       f"batch {args.batch_size} = {world_size} x {batch}")
+       f"batch {args.batch_size} = {world_size} x {batch}" + (", deterministic" if args.deterministic else ""))
 
 
 # --8<-- [start:save]
