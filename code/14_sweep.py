@@ -1,0 +1,205 @@
+"""Step 14: the scaling sweep. One command submits the same short benchmark (a batch script that
+runs code/14_scaling.py) at several sizes, each job after the previous one, waits for the last,
+and writes the report CSC asks for before it opens Roihu's gpularge partition: node counts, wall
+times, efficiency, GPU utilisation, the batch script, and a pass/fail line.
+
+    python code/14_sweep.py                                          # Roihu: 1, 2, 4 GPUs; 2 nodes
+    python code/14_sweep.py --partition gpumedium --sizes 1x4,2x4,4x4  # the gpularge test
+    python code/14_sweep.py --sbatch slurm/14-scaling-lumi.sbatch --sizes 1x1,1x2,1x8,2x8
+    python code/14_sweep.py ... -- --steps 100                        # options of the benchmark
+    python code/14_sweep.py --no-wait ...; python code/14_sweep.py --collect   # later
+
+--sizes lists NODESxGPUS_PER_NODE. The batch script's resource lines are scaled per GPU: cores
+(and memory, where it has a --mem line) in proportion to the GPUs of each size.
+"""
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+
+CSC_EFFICIENCY, CSC_NODE_COUNTS = 0.75, 3  # CSC: >= 75 % parallel efficiency, >= 3 node counts
+
+p = argparse.ArgumentParser()
+p.add_argument("--sbatch", default="slurm/14-scaling.sbatch")
+p.add_argument("--sizes", default="1x1,1x2,1x4,2x4", help="NODESxGPUS_PER_NODE, comma-separated")
+p.add_argument("--partition", help="instead of the batch script's")
+p.add_argument("--out", default="runs/14-sweep", help="where the jobs write and the report goes")
+p.add_argument("--no-wait", action="store_true", help="submit only; --collect later")
+p.add_argument("--collect", action="store_true", help="only write the report of the last chain")
+p.add_argument("bench", nargs=argparse.REMAINDER, help="after --: options of code/14_scaling.py")
+args = p.parse_args()
+bench = args.bench[1:] if args.bench[:1] == ["--"] else args.bench
+sizes = []
+for s in args.sizes.split(","):
+    m = re.fullmatch(r"(\d+)x(\d+)", s.strip())
+    if not m or "0" in (m.group(1), m.group(2)):
+        raise SystemExit(f"error: --sizes: {s!r} is not NODESxGPUS_PER_NODE, e.g. 2x4")
+    sizes.append((int(m.group(1)), int(m.group(2))))
+script = open(args.sbatch).read()
+os.makedirs(args.out, exist_ok=True)
+chain = os.path.join(args.out, "jobs.json")
+
+
+def resources(nodes, gpus):
+    """sbatch options for this size: the script's own per-GPU shares of cores and memory."""
+    line = lambda name: re.search(rf"^#SBATCH --{name}=(\S+)", script, re.M)  # noqa: E731
+    gres, per_node = line("gres"), line("gpus-per-node")
+    have = int(gres.group(1).rsplit(":", 1)[1]) if gres else int(per_node.group(1))
+    opts = [f"--nodes={nodes}", f"--gres={gres.group(1).rsplit(':', 1)[0]}:{gpus}" if gres
+            else f"--gpus-per-node={gpus}",
+            f"--cpus-per-task={int(line('cpus-per-task').group(1)) * gpus // have}"]
+    if line("mem"):
+        opts.append(f"--mem={int(line('mem').group(1).rstrip('G')) * gpus // have}G")
+    return opts + ([f"--partition={args.partition}"] if args.partition else [])
+
+
+def slurm(*cmd):
+    return subprocess.run(cmd, capture_output=True, text=True)
+
+
+if not args.collect:  # submit the chain: each job waits for the one before (afterany)
+    jobs = []
+    for nodes, gpus in sizes:
+        after = [f"--dependency=afterany:{jobs[-1]['job']}"] if jobs else []
+        r = slurm("sbatch", "--parsable", f"--output={args.out}/job-%j.out", f"--export=ALL,SWEEP_OUT={args.out}",
+                  *resources(nodes, gpus),
+                  *after, args.sbatch, *bench)
+        if r.returncode:  # Slurm's own reason, and nothing of the chain left behind
+            if jobs:
+                slurm("scancel", *[j["job"] for j in jobs])
+            reason = r.stderr.strip().splitlines()[-1].replace("sbatch: error: ", "") if r.stderr.strip() else "?"
+            raise SystemExit(f"error: sbatch refused {nodes} node(s) x {gpus} GPU(s): {reason}")
+        jobs.append(dict(job=r.stdout.strip().split(";")[0], nodes=nodes, gpus_per_node=gpus))
+    with open(chain, "w") as f:
+        json.dump(dict(sbatch=args.sbatch, bench=bench, jobs=jobs), f)
+    print(f"submitted {len(jobs)} jobs of {args.sbatch}, each after the previous one: "
+          + ", ".join(f"{j['nodes']}x{j['gpus_per_node']}" for j in jobs) + " (nodes x GPUs per node)")
+    if args.no_wait:
+        raise SystemExit(0)
+    while slurm("squeue", "-h", "-j", ",".join(j["job"] for j in jobs)).stdout.strip():
+        time.sleep(1)
+
+with open(chain) as f:
+    run = json.load(f)
+
+
+def wall_time(job):
+    """(elapsed, state) from sacct; from scontrol where there is no accounting database."""
+    r = slurm("sacct", "-n", "-X", "-P", "-j", job, "-o", "Elapsed,State")
+    if r.returncode == 0 and r.stdout.strip():
+        elapsed, state = r.stdout.strip().splitlines()[0].split("|")
+        return elapsed, state.split()[0]
+    r = slurm("scontrol", "show", "job", job)
+    m = re.search(r"JobState=(\S+).*?RunTime=(\S+)", r.stdout, re.S)
+    return (m.group(2), m.group(1)) if m else ("?", "?")
+
+
+rows = []
+for j in run["jobs"]:
+    path = os.path.join(args.out, f"{j['job']}.json")
+    elapsed, state = wall_time(j["job"])
+    if not os.path.exists(path):
+        raise SystemExit(f"error: job {j['job']} ({j['nodes']}x{j['gpus_per_node']}) wrote no result "
+                         f"({state}): read {args.out}/job-{j['job']}.out")
+    with open(path) as f:
+        row = {**json.load(f), **j, "elapsed": elapsed, "state": state}
+    log = open(os.path.join(args.out, f"job-{j['job']}.out"), errors="replace").read()
+    net = re.search(r"NET/(\w+)", log)  # NCCL/RCCL at start-up: NET/IB, NET/OFI, or NET/Socket
+    row["transport"] = f"NCCL NET/{net.group(1)}" if net else (
+        "gloo over TCP" if row["backend"] == "gloo" else "NCCL (no NET/ line: set NCCL_DEBUG=INFO)")
+    row["trusted"] = row["nodes"] == 1 or not ("TCP" in row["transport"] or "Socket" in row["transport"])
+    util = os.path.join(args.out, f"util-{j['job']}.txt")
+    samples = [int(v) for v in re.findall(r"^(?:card\d+,)?(\d+)\s*$", open(util).read(), re.M)] \
+        if os.path.exists(util) else []
+    row["utilisation"] = f"{statistics.mean(samples):.0f} %" if samples else "no GPU"
+    rows.append(row)
+
+# Efficiency against the smallest run, per GPU: CSC's (p_b T_b) / (p_N T_N) for the same work.
+base = min(rows, key=lambda r: r["gpus"])
+for r in rows:
+    for mode in ("strong", "weak"):
+        r[mode]["efficiency"] = (r[mode]["images_per_s"] / r["gpus"]) / (base[mode]["images_per_s"] / base["gpus"])
+
+# CSC's test counts whole nodes: the rows with the most GPUs per node, against the fewest nodes.
+full = max(r["gpus_per_node"] for r in rows)
+by_nodes = sorted((r for r in rows if r["gpus_per_node"] == full), key=lambda r: r["nodes"])
+reasons = []
+if len({r["nodes"] for r in by_nodes}) < CSC_NODE_COUNTS:
+    reasons.append(f"{len({r['nodes'] for r in by_nodes})} node count(s) "
+                   f"({', '.join(str(r['nodes']) for r in by_nodes)}), CSC asks for at least {CSC_NODE_COUNTS}")
+if any(not r["trusted"] for r in rows):
+    reasons.append("multi-node rows ran over TCP sockets, not the fast network: not to be trusted")
+for mode in ("strong", "weak"):
+    low = [r for r in by_nodes[1:] if r[mode]["images_per_s"] / r["nodes"] <
+           CSC_EFFICIENCY * by_nodes[0][mode]["images_per_s"] / by_nodes[0]["nodes"]]
+    if low:
+        reasons.append(f"{mode} scaling below {CSC_EFFICIENCY:.0%} at "
+                       + ", ".join(f"{r['nodes']} nodes" for r in low))
+verdict = "PASS" if not reasons else "FAIL: " + "; ".join(reasons)
+
+import matplotlib  # noqa: E402 (only the report needs it)
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+plt.rcParams["font.size"] = 12
+fig = plt.figure(figsize=(11, 4.6 + 0.35 * len(rows)))
+grid = fig.add_gridspec(2, 2, height_ratios=[3.2, 0.9 + 0.35 * len(rows)])
+a, b, t = fig.add_subplot(grid[0, 0]), fig.add_subplot(grid[0, 1]), fig.add_subplot(grid[1, :])
+gpus = sorted({r["gpus"] for r in rows})
+for mode, marker in (("strong", "o"), ("weak", "s")):
+    pts = sorted((r["gpus"], r[mode]["images_per_s"], r[mode]["efficiency"]) for r in rows)
+    a.plot([g for g, _, _ in pts], [v for _, v, _ in pts], marker + "-", label=mode)
+    b.plot([g for g, _, _ in pts], [100 * e for _, _, e in pts], marker + "-", label=mode)
+a.plot(gpus, [base["weak"]["images_per_s"] / base["gpus"] * g for g in gpus], "k--", label="ideal")
+a.set(xlabel="GPUs (processes)", ylabel="images / s", title="throughput", xticks=gpus, ylim=(0, None))
+b.axhline(100 * CSC_EFFICIENCY, color="#c0504d", ls="--", label="CSC's 75 %")
+b.set(xlabel="GPUs (processes)", ylabel="efficiency per GPU (%)", title="efficiency", xticks=gpus,
+      ylim=(0, 110))
+for ax in (a, b):
+    ax.legend(fontsize=11)
+t.axis("off")
+cells = [[r["nodes"], r["gpus"], r["elapsed"], f"{1e3 * r['strong']['step_s']:.1f}",
+          f"{r['strong']['efficiency']:.0%}", f"{1e3 * r['weak']['step_s']:.1f}", f"{r['weak']['efficiency']:.0%}",
+          r["utilisation"], r["transport"] + ("" if r["trusted"] else " (untrusted)")]
+         for r in sorted(rows, key=lambda r: (r["gpus"], r["nodes"]))]
+table = t.table(cells, colLabels=["nodes", "GPUs", "wall time", "strong ms", "strong eff.", "weak ms",
+                                  "weak eff.", "GPU use", "transport"], loc="upper center", cellLoc="center",
+                colWidths=[0.07, 0.06, 0.1, 0.1, 0.1, 0.09, 0.09, 0.09, 0.3])
+table.auto_set_font_size(False)
+table.set_fontsize(12)
+table.scale(1, 1.6)
+t.set_title(f"verdict (CSC's gpularge test): {'PASS' if not reasons else 'FAIL'}", fontsize=13)
+cpu = " (CPU: these numbers say nothing about GPUs)" if rows[0]["device"] == "cpu" else ""
+fig.suptitle(f"{len(rows)} jobs of {run['sbatch']}, backend {rows[0]['backend']}{cpu}")
+fig.tight_layout()
+fig.savefig(os.path.join(args.out, "scaling.png"), dpi=100, metadata={"Software": None})
+plt.close(fig)
+
+lines = ["# Scalability report", "",
+         f"Benchmark: code/14_scaling.py (DDP, ConvNet, {rows[0]['image_size']}x{rows[0]['image_size']} "
+         f"random images on the device, {rows[0]['steps']} timed steps), options: {' '.join(run['bench']) or '(defaults)'}",
+         f"Versions: torch {base['torch']}, CUDA {base['cuda']}, HIP {base['hip']}, NCCL {base['nccl']}, "
+         f"Python {base['python']}", "",
+         "| job | nodes | GPUs | wall time | state | strong: step ms | images/s | efficiency "
+         "| weak: step ms | images/s | efficiency | GPU utilisation | transport |",
+         "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+for r in sorted(rows, key=lambda r: (r["gpus"], r["nodes"])):
+    s, w = r["strong"], r["weak"]
+    lines.append(f"| {r['job']} | {r['nodes']} | {r['gpus']} | {r['elapsed']} | {r['state']} "
+                 f"| {1e3 * s['step_s']:.2f} | {s['images_per_s']:.0f} | {s['efficiency']:.0%} "
+                 f"| {1e3 * w['step_s']:.2f} | {w['images_per_s']:.0f} | {w['efficiency']:.0%} "
+                 f"| {r['utilisation']} | {r['transport']}{'' if r['trusted'] else ' (not to be trusted)'} |")
+lines += ["", f"Verdict (CSC's gpularge test): {verdict}", "", "Figure: scaling.png", "",
+          f"Batch script ({run['sbatch']}; each job's --nodes, GPUs, cores and memory set by code/14_sweep.py):",
+          "", "```bash", script.rstrip(), "```"]
+with open(os.path.join(args.out, "report.md"), "w") as f:
+    f.write("\n".join(lines) + "\n")
+print(f"report: {args.out}/report.md, figure: {args.out}/scaling.png "
+      f"({len(rows)} jobs: {', '.join(str(r['gpus']) for r in rows)} GPUs on "
+      f"{', '.join(str(r['nodes']) for r in rows)} node(s))")
+print(f"verdict: {'PASS' if not reasons else 'FAIL: ' + reasons[0]}")
+sys.exit(0)
