@@ -12,6 +12,7 @@ This file only wires the pieces of tools/site_build/ into MkDocs; each concern h
     <!-- gpu-status 01 -->                          gpu_status.py: what `make gpu-check` measured
 
 A missing file, tag, fact or empty output fails the build (mkdocs build --strict in the tests).
+Block markers may stand indented (list items, admonitions): markers.py.
 After rendering: code_blocks.py (copy buttons; code out of the search index), search.py (error
 lines of outputs indexed with their page), wrapping.py (a flag or a file name stays whole),
 diagrams.py, masks.py and notebook_pages.py (notebook pages). After the build: repository.py
@@ -24,6 +25,7 @@ from site_build.code_blocks import CODE_BLOCK, code_block
 from site_build.diagrams import DIAGRAM, diagram
 from site_build.facts import FACT, facts
 from site_build.gpu_status import GPU_STATUS, gpu_status
+from site_build.markers import expand
 from site_build.masks import NOTEBOOK_OUTPUT, masked_note, note_masks
 from site_build.notebook_css import share_notebook_css
 from site_build.notebook_pages import CELL_TAGS, notebook_toc
@@ -40,8 +42,8 @@ _output = output  # (tests/test_debugging.py's name)
 def on_page_markdown(markdown, page, config, files):
     root = Path(config.config_file_path).parent
 
-    def expand(m):
-        kind, a, b = m.groups()
+    def diff_or_output(m):
+        kind, a, b = m.group(2, 3, 4)
         try:
             return diff(root, a, b) if kind == "diff" else output(root, a, b)
         except (OSError, ValueError) as e:
@@ -53,13 +55,14 @@ def on_page_markdown(markdown, page, config, files):
         except KeyError:
             raise SystemExit(f"{page.file.src_path}: {m.group(0)}: no such fact, see FACTS in tools/site_build/facts.py")
 
-    markdown = REPOSITORY.sub(lambda m: repository_page(root), markdown)
-    markdown = GPU_STATUS.sub(lambda m: gpu_status(root, m.group(1)), markdown)
+    # a block marker's text takes its place, indented as it is (in a list item, an admonition)
+    markdown = expand(REPOSITORY, markdown, lambda m: repository_page(root))
+    markdown = expand(GPU_STATUS, markdown, lambda m: gpu_status(root, m.group(2)))
     try:
-        markdown = ACCOUNT.sub(lambda m: account(root, m.group(1), Path(page.file.src_path).stem), markdown)
+        markdown = expand(ACCOUNT, markdown, lambda m: account(root, m.group(2), Path(page.file.src_path).stem))
     except ValueError as e:
         raise SystemExit(f"{page.file.src_path}: <!-- account -->: {e}")
-    return FACT.sub(fact, DIRECTIVE.sub(expand, markdown))
+    return FACT.sub(fact, expand(DIRECTIVE, markdown, diff_or_output))
 
 
 def on_page_content(content, page, config, files):

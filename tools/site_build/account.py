@@ -2,7 +2,9 @@
 jobs' Python must import (read from the scripts slurm/NN-*.sbatch run) and how to add it."""
 import re
 
-ACCOUNT = re.compile(r"^<!-- account ([\w-]+) -->$", re.M)
+from .markers import block_marker
+
+ACCOUNT = block_marker(r"account ([\w-]+)")  # groups: indentation, step
 
 # What a step's jobs import beyond torch and numpy (which every script needs: ddp_helpers), read
 # from the scripts its batch files run: import name -> package name.

@@ -2,10 +2,11 @@
 GPU: device, date, what passed and failed, read from benchmarks/gpu-*.json; "not yet measured"
 while no such file exists."""
 import json
-import re
 from pathlib import Path
 
-GPU_STATUS = re.compile(r"^<!-- gpu-status (\w+) -->$", re.M)
+from .markers import block_marker
+
+GPU_STATUS = block_marker(r"gpu-status (\w+)")  # groups: indentation, step
 
 
 def gpu_status(root, step, results=None):

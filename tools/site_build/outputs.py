@@ -5,9 +5,10 @@ import difflib
 import json
 import re
 
+from .markers import block_marker
 from .masks import masked_note
 
-DIRECTIVE = re.compile(r"^<!-- (diff|output) (\S+) (\S+) -->$", re.M)
+DIRECTIVE = block_marker(r"(diff|output) (\S+) (\S+)")  # groups: indentation, kind, a, b
 
 
 def diff(root, a, b):

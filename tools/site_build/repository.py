@@ -5,7 +5,9 @@ import stat
 import subprocess
 import zipfile
 
-REPOSITORY = re.compile(r"^<!-- repository -->$", re.M)
+from .markers import block_marker
+
+REPOSITORY = block_marker("repository")
 ARCHIVE = "ddp-tutorial.zip"  # written next to the site's index.html
 
 
