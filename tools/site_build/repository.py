@@ -52,7 +52,7 @@ def repository_page(root):
             if (root / name).is_symlink():
                 rows.append(f"{indent}- `{name}` (a symbolic link to {(root / name).readlink()})")
             else:
-                rows.append(f'{indent}- <a href="../{FILES}/{name}"><code>{name}</code></a>')
+                rows.append(f'{indent}- <a href="../{FILES}/{name}">`{name}`</a>')  # (`: __init__.py is no bold init)
     return "\n".join(rows)
 
 
