@@ -65,6 +65,7 @@ if args.heads % args.tp:
     raise SystemExit(f"error: tp {args.tp} does not divide the {args.heads} attention heads")
 
 rank, local_rank, world_size, device = setup_distributed(args.backend)
+torch.backends.cuda.matmul.fp32_precision = "ieee"  # GPUs: no TF32, so that one process compares
 
 
 class Block(nn.Module):
