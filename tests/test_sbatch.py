@@ -33,6 +33,12 @@ EXPECTED = {
     "slurm/take-home-lumi.sbatch": [
         r"^16 processes, backend gloo, device cpu, batch 96 = 16 x 6, lr 0\.0500$", r"^epoch 4 loss 0\.09\d\d$",
         r"^test accuracy 0\.8889 \(320/360\)$"],
+    # Step 15 on two LUMI nodes: one mesh (dp 2 nodes, tp 8 GCDs per node), the losses of the
+    # 2 x 2 run that notebooks/15-two-dimensions.ipynb shows, asserted by the script against one process.
+    "slurm/15-two-dimensions-lumi.sbatch": [
+        r"^16 processes, mesh \(dp 2, tp 8\), backend gloo, device cpu, batch 96 = 2 x 48, data over dp$",
+        r"^step 7 loss 1\.5127\d\d, one process 1\.5127\d\d$",
+        r"^each TP group read one batch: True; the weights TP does not split stayed equal in the group: True$"],
     "slurm/06-deepspeed-lumi.sbatch": [
         r"^8 processes, backend \w+, device \w+, ZeRO stage 2, batch 96 = 8 x 12 x 1 accumulation steps$",
         r"^epoch 0 loss 2\.0825$", r"^epoch 1 loss 0\.7762$", r"^optimizer state per rank: (7,272, ){7}7,272 bytes$"],
