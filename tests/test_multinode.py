@@ -1,8 +1,13 @@
-"""Step 5: code/05_multinode.py under srun without torchrun, and torchrun's --numa-binding."""
+"""Step 5: code/05_multinode.py under srun without torchrun, torchrun's --numa-binding, and a rank
+that dies at start-up."""
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
+
+import pytest
 
 import local_slurm
 
@@ -40,3 +45,57 @@ def test_numa_binding_on_the_practice_cluster_is_a_notice_not_a_crash(cluster):
         assert r.returncode == 0, out
         assert out.splitlines().count(NOTICE) == 1, out
         assert "2 processes on 1 node, started by torchrun" in out and "cpu binding: " in out, out
+
+
+# A rank that dies while the world is still forming (before or in init_process_group). Without
+# `srun --kill-on-bad-exit=1` the other node's ranks wait for it until init_process_group's
+# timeout (300 s, setup_distributed) and the job holds its nodes for five minutes; with it, Slurm
+# ends the whole step as soon as one task fails. docs/05-multinode.md promises this time:
+STARTUP_DEATH_ENDS_JOB_WITHIN_S = 30
+
+
+def job_processes(job_id):
+    """{pid: environment} of the job's training processes (not torchrun, not srun)."""
+    found = {}
+    for proc in Path("/proc").iterdir():
+        try:
+            env = dict(x.split("=", 1) for x in (proc / "environ").read_text().split("\0") if "=" in x)
+            cmd = (proc / "cmdline").read_text()
+        except (OSError, ValueError):
+            continue
+        if env.get("SLURM_JOB_ID") == job_id and "05_multinode.py" in cmd and "torch.distributed.run" not in cmd:
+            found[int(proc.name)] = env
+    return found
+
+
+@pytest.mark.parametrize("path", ["slurm/05-multinode-torchrun.sbatch", "slurm/05-multinode-srun.sbatch"])
+def test_a_rank_that_dies_at_start_up_ends_the_job(cluster, path, tmp_path):
+    env = {**os.environ, **cluster}
+    out = tmp_path / "job.out"
+    r = subprocess.run(["sbatch", "--parsable", f"--output={out}", path], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=60)
+    job = r.stdout.strip()
+    assert job.isdigit(), r.stderr
+    try:
+        # Rank 5, on the second node: torchrun's worker (RANK=5) or srun's task 5 (SLURM_PROCID=5).
+        deadline = time.monotonic() + 600  # the job may wait in the queue for others' jobs
+        victim = None
+        while victim is None:
+            assert time.monotonic() < deadline, "rank 5 never started"
+            victim = next((pid for pid, e in job_processes(job).items()
+                           if e.get("RANK", e.get("SLURM_PROCID")) == "5"), None)
+            time.sleep(0.05)
+        os.kill(victim, signal.SIGKILL)
+        killed = time.monotonic()
+        while time.monotonic() - killed < STARTUP_DEATH_ENDS_JOB_WITHIN_S:
+            state = subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], env=env,
+                                   capture_output=True, text=True).stdout.strip()
+            if state in ("", "COMPLETED", "FAILED", "CANCELLED"):
+                break
+            time.sleep(0.2)
+        else:
+            pytest.fail(f"{path}: the job still ran {STARTUP_DEATH_ENDS_JOB_WITHIN_S} s after rank 5 died")
+    finally:
+        subprocess.run(["scancel", job], env=env)
+    text = out.read_text()
+    assert "r01g02: task" in text and "processes on 2 nodes" not in text, text
