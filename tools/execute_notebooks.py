@@ -1,0 +1,50 @@
+"""Execute notebooks in place exactly as the tests run them: on the practice cluster, as its
+ordinary user in that user's copy of the repository (root where conftest.py says so), on the
+pinned CPU path. Their stored outputs are what nbval then compares.
+
+    .venv/bin/python tools/execute_notebooks.py notebooks/02-equivalence.ipynb [...]
+
+The practice cluster must be running (make cluster-start).
+"""
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "tools"), str(ROOT / "code")]
+
+import nbformat  # noqa: E402
+from nbclient import NotebookClient  # noqa: E402
+
+import conftest  # noqa: E402
+import jobs  # noqa: E402
+import local_slurm  # noqa: E402
+
+
+def main(paths):
+    if not local_slurm.running():
+        raise SystemExit("error: the practice cluster is not running: make cluster-start")
+    os.environ.update(local_slurm.env())
+    os.environ.update(jobs.pinned_cpu_path())
+    os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
+    for path in map(lambda p: Path(p).resolve(), paths):
+        as_user = os.geteuid() == 0 and path not in conftest.AS_ROOT
+        if as_user:
+            conftest.user_copy()
+        nb = nbformat.read(path, as_version=4)
+        start = time.monotonic()
+        NotebookClient(nb, timeout=600, kernel_name=conftest.KERNEL if as_user else "python3",
+                       resources={"metadata": {"path": str(path.parent)}}).execute()
+        nbformat.write(nb, path)
+        print(f"{path.relative_to(ROOT)}: executed {'as ' + local_slurm.CLUSTER_USER if as_user else 'as root'}"
+              f" in {time.monotonic() - start:.0f} s", flush=True)
+
+
+if __name__ == "__main__":
+    try:
+        main(sys.argv[1:])
+    finally:
+        if conftest._user_copy is not None:
+            import shutil
+            shutil.rmtree(conftest._user_copy, ignore_errors=True)
