@@ -23,7 +23,7 @@ SAMPLE = ROOT / "tests" / "gpu-check-sample.json"
 # Run for real on CPU: one entry of each kind the runner handles (a plain python process, a skip, a
 # chain of torchrun commands with an expected failure and a bitwise comparison, step 10's rows).
 # The other entries' scripts run in the notebooks; their command lines are checked below.
-SMOKE = "01_single,02_dataparallel,09_reliability_resume@1,10_benchmark,10_benchmark_ddp@1"
+SMOKE = "01_single,02_dataparallel,09_reliability_resume@1,10_benchmark,10_benchmark_ddp@1,11_talk@1"
 
 
 def test_cpu_smoke_runs_one_entry_of_each_kind(tmp_path):
@@ -37,7 +37,11 @@ def test_cpu_smoke_runs_one_entry_of_each_kind(tmp_path):
                 if name in SMOKE.split(",")]
     assert [(e["name"], e["world_size"]) for e in rep["entries"]] == expected  # each asked entry, in order, once
     for e in rep["entries"]:
-        # on CPU only the GPU-only paths may skip (DataParallel, DeepSpeed bf16, Accelerate's FSDP)
+        # on CPU only the GPU-only paths may skip (DataParallel, DeepSpeed bf16, Accelerate's FSDP), and
+        # the talk test with one process, which has nothing to test (it printed "all 0 tests correct")
+        if e["name"] == "11_talk@1":
+            assert e["status"] == "skip" and "no other rank to talk to" in e["reason"], e
+            continue
         assert e["status"] == "pass" or (e["status"] == "skip" and e["gpu_only"]), e
         assert e["step"] and e["date"] and e["commands"], e
         for c in e["commands"]:
@@ -45,7 +49,9 @@ def test_cpu_smoke_runs_one_entry_of_each_kind(tmp_path):
         if e["status"] == "pass" and "torch.distributed.run" in e["commands"][0]["command"]:
             assert f"--nproc_per_node={e['world_size']}" in e["commands"][0]["command"], e
     step9 = next(e for e in rep["entries"] if e["name"] == "09_reliability_resume@1")
-    assert step9["figures"]["resumed run = uninterrupted run (weights bitwise)"] == "True", step9
+    assert step9["figures"]["two uninterrupted runs (weights bitwise)"] == "True", step9
+    assert step9["figures"]["deterministic: resumed run = uninterrupted run (weights bitwise)"] == "True", step9
+    assert "--deterministic" in step9["commands"][2]["command"] and "--signal-at" in step9["commands"][3]["command"]
     # step 10's rows in code/10_benchmark.py's own format: notebook 10 builds its table from them
     rows = rep["results"]
     assert {r["batch"] for r in rows} == {16, 32} and all(r["images_per_s"] > 0 for r in rows if "skipped" not in r)
@@ -108,9 +114,9 @@ def test_hook_renders_the_gpu_mark_from_a_results_file():
     assert mkdocs_hooks.gpu_status(ROOT, "03", results=[SAMPLE]) == none  # no entry of step 3 there
     # step 10: the benchmark's own reports in benchmarks/ count as a GPU run of that step (and only of it)
     ladder = [p for p in ROOT.glob("benchmarks/*.json") if "entries" not in (r := json.loads(p.read_text()))
-              and r.get("results") and not r.get("smoke")]
+              and r.get("results") and "device" in r and not r.get("smoke")]
     ten = mkdocs_hooks.gpu_status(ROOT, "10")
-    assert ten.startswith('!!! success "Ran on a GPU') == bool(ladder), ten
+    assert ('!!! success "Ran on a GPU' in ten) == bool(ladder), ten
     assert all(f"benchmarks/{p.name}" in ten for p in ladder)
 
     class Cfg:
@@ -122,3 +128,49 @@ def test_hook_renders_the_gpu_mark_from_a_results_file():
 
     page = mkdocs_hooks.on_page_markdown("# T\n\n<!-- gpu-status 03 -->\n\nText", Page, Cfg, None)
     assert "<!-- gpu-status" not in page and "!!! " in page
+
+
+def test_a_claimed_property_that_fails_fails_the_entry():
+    """No PASS beside a False: a pair the pages claim everywhere fails when it differs; a CPU-only
+    claim fails the smoke run and is an observation ("differ") on a GPU."""
+    e = gpu_check.Entry("x", "09", [], same=[("claimed", 0, 1, "always"), ("cpu only", 0, 2, "cpu")])
+    rec = lambda *shas: {"commands": [{"figures": {"weights sha256": s}} for s in shas], "figures": {}}  # noqa: E731
+    ok = rec("aa", "aa", "bb")
+    assert gpu_check.compare_weights(ok, e, smoke=False) is None and ok["figures"] == {"claimed": "True",
+                                                                                       "cpu only": "differ"}
+    assert "cpu only False: aa vs bb" in gpu_check.compare_weights(rec("aa", "aa", "bb"), e, smoke=True)
+    bad = rec("aa", "cc", "aa")
+    assert gpu_check.compare_weights(bad, e, smoke=False) == "claimed False: aa vs cc, which the pages claim"
+    assert "cannot compare" in gpu_check.compare_weights(rec("aa", None, "aa"), e, smoke=False)
+    # a stored record (gpu_check before issue 36) is judged again on import
+    old = {"name": "09_reliability_resume@1", "status": "pass", "commands": [],
+           "figures": {"resumed run = uninterrupted run (weights bitwise)": "False"}}
+    new = gpu_check.rejudge(old)
+    assert new["status"] == "fail" and "False" in new["reason"] and new["recorded"]["status"] == "pass"
+    talk = {"name": "11_talk@1", "status": "pass", "figures": {}, "commands": [{"output": ["all 0 tests correct"]}]}
+    assert gpu_check.rejudge(talk)["status"] == "skip"
+
+
+def test_multi_process_entries_run_when_a_machine_has_two_gpus():
+    for gpus, worlds in [(1, [1]), (2, [1, 2]), (4, [1, 4])]:
+        assert gpu_check.default_worlds(gpus, smoke=False) == worlds
+        todo = {name: skip for name, _, _, skip in gpu_check.instances(gpu_check.ENTRIES, worlds, gpus, False)}
+        multi = [f"{e.name}@{gpus}" if gpus > 1 else f"{e.name}@2" for e in gpu_check.ENTRIES if e.worlds == "multi"]
+        assert multi and all(m in todo for m in multi), (gpus, todo)
+        assert all((todo[m] is None) == (gpus > 1) for m in multi), (gpus, todo)  # skipped only on one GPU
+        assert ("01_ddp@1" in todo) and (f"01_ddp@{gpus}" in todo)
+
+
+def test_the_stored_h100_results_are_the_imported_pieces(tmp_path):
+    """benchmarks/gpu-nvidia-h100-80gb-hbm3.json is what --import makes of the two stored pieces."""
+    raw = sorted(ROOT.glob("benchmarks/h100-2026-11-27/*.json"))
+    assert len(raw) == 2
+    stored = json.loads((ROOT / "benchmarks/gpu-nvidia-h100-80gb-hbm3.json").read_text())
+    r = subprocess.run([sys.executable, "tools/gpu_check.py", "--import", *map(str, raw), "--out-dir", str(tmp_path),
+                        "--note", stored["command"]], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    made = json.loads((tmp_path / "gpu-nvidia-h100-80gb-hbm3.json").read_text())
+    assert made == stored
+    status = {e["name"]: e["status"] for e in stored["entries"]}
+    assert status["09_reliability_resume@1"] == "fail" and status["11_talk@1"] == "skip"
+    assert stored["driver"] == "580.159.04" and stored["torch"] == "2.11.0+cu130" and stored["date"] == "2026-11-27"
