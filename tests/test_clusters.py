@@ -60,3 +60,13 @@ def test_csc_documented_examples_run_unchanged(cluster, path):
         tasks = re.findall(r"^probe: task (\d+) of (\d+) on (\S+)$", out, re.M)
     assert sorted(int(t) for t, _, _ in tasks) == list(range(nodes * gpus)), out
     assert {n for _, n, _ in tasks} == {str(nodes * gpus)} and len({h for _, _, h in tasks}) == nodes
+
+
+# Roihu's 217 GiB per GPU (CSC's partition table) count the GH200's own 95 GiB of HBM3: a page
+# that gives the number says so, or a reader plans 217 GiB of CPU memory for data and workers.
+@pytest.mark.parametrize("page", ["01-ddp.md", "04-sharding.md", "05-multinode.md", "11-debugging.md",
+                                  "12-fsdp2.md", "13-data.md"])
+def test_roihu_memory_per_gpu_says_it_includes_the_gpus_own(page):
+    for line in (ROOT / "docs" / page).read_text().splitlines():
+        if "217 GiB" in line:
+            assert "HBM" in line, f"{page}: 217 GiB without the GPU's HBM: {line}"
