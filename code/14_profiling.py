@@ -41,8 +41,8 @@ try:  # before the process group: a trace that cannot be written is a one-line e
         if not os.access(os.path.join(args.trace_dir, v), os.W_OK):
             raise PermissionError(13, "Permission denied")
 except OSError as e:
-    raise SystemExit(f"error: --trace-dir {args.trace_dir} is not writable ({e.strerror}): "
-                     f"give a folder of yours, e.g. on scratch") from None
+    raise SystemExit(f"error: cannot write traces to --trace-dir {args.trace_dir} ({e.strerror}): "
+                     f"give a folder you can write, e.g. under your project's scratch") from None
 
 rank, local_rank, world_size, device = setup_distributed(args.backend)
 torch.manual_seed(args.seed)
@@ -52,8 +52,7 @@ sampler = DistributedSampler(train, seed=args.seed)
 activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
 if device.type == "cpu":  # a CUDA build of torch on a CPU node: the profiler's library (kineto)
     os.environ.setdefault("KINETO_LOG_LEVEL", "5")  # would log that it found no GPU
-print0(f"{world_size} processes, backend {torch.distributed.get_backend()}, device {device.type}, "
-       f"traces in {args.trace_dir}/<variant>/")
+print0(f"{world_size} processes, backend {torch.distributed.get_backend()}, device {device.type}")
 
 for name in variants:
     bucket_cap_mb, accum = VARIANTS[name]

@@ -39,9 +39,13 @@ for s in args.sizes.split(","):
     if not m or "0" in (m.group(1), m.group(2)):
         raise SystemExit(f"error: --sizes: {s!r} is not NODESxGPUS_PER_NODE, e.g. 2x4")
     sizes.append((int(m.group(1)), int(m.group(2))))
+if not os.path.isfile(args.sbatch):
+    raise SystemExit(f"error: --sbatch {args.sbatch}: no such file (run from the repository root)")
 script = open(args.sbatch).read()
 os.makedirs(args.out, exist_ok=True)
 chain = os.path.join(args.out, "jobs.json")
+if args.collect and not os.path.exists(chain):
+    raise SystemExit(f"error: --collect: no sweep submitted to {args.out} ({chain} missing)")
 
 
 def resources(nodes, gpus):
@@ -72,7 +76,8 @@ if not args.collect:  # submit the chain: each job waits for the one before (aft
             if jobs:
                 slurm("scancel", *[j["job"] for j in jobs])
             reason = r.stderr.strip().splitlines()[-1].replace("sbatch: error: ", "") if r.stderr.strip() else "?"
-            raise SystemExit(f"error: sbatch refused {nodes} node(s) x {gpus} GPU(s): {reason}")
+            raise SystemExit(f"error: sbatch refused {nodes} node(s) x {gpus} GPU(s): {reason}"
+                             + (f" (cancelled the {len(jobs)} job(s) submitted before it)" if jobs else ""))
         jobs.append(dict(job=r.stdout.strip().split(";")[0], nodes=nodes, gpus_per_node=gpus))
     with open(chain, "w") as f:
         json.dump(dict(sbatch=args.sbatch, bench=bench, jobs=jobs), f)

@@ -28,7 +28,7 @@ def load(folder, max_mb=MAX_MB):
     for path in paths:
         mb = os.path.getsize(path) / 2**20
         if mb > max_mb:
-            raise SystemExit(f"error: {path} is {mb:.1f} MB, more than {max_mb:g} MB to draw: trace "
+            raise SystemExit(f"error: {path} is over {max_mb:g} MB, too large to draw here: trace "
                              f"fewer steps (--active), or open it in Perfetto (ui.perfetto.dev)")
         with open(path) as f:
             events = json.load(f)["traceEvents"]
