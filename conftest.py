@@ -139,12 +139,23 @@ def cluster():
 
 @pytest.fixture(scope="session")
 def site_dir(tmp_path_factory):
-    """The site, built once per test run with `mkdocs build --strict` (warnings are errors)."""
-    out = tmp_path_factory.mktemp("site")
+    """The site, built once per test run with `mkdocs build --strict` (warnings are errors): the
+    first of the xdist workers that needs it builds it, the others wait for it and read it."""
+    import filelock
+    shared = tmp_path_factory.getbasetemp()  # this run's; under xdist, its folder holds every worker's
+    shared = shared.parent if os.environ.get("PYTEST_XDIST_WORKER") else shared
+    out, done = shared / "site", shared / "site.built"
+    with filelock.FileLock(str(shared / "site.lock")):
+        if not done.exists():
+            _build_site(out)
+            done.touch()
+    return out
+
+
+def _build_site(out):
     r = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(out)], cwd=ROOT,
                        capture_output=True, text=True, timeout=300, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
     assert r.returncode == 0, f"mkdocs build --strict failed:\n{r.stderr[-3000:]}"
-    return out
 
 
 # `make test` runs two files at a time (pytest-xdist, --dist loadfile): each notebook or test file
