@@ -2,8 +2,8 @@
 with its own number of nodes and GPUs; it times DDP training steps of the tutorial's ConvNet on
 random images kept on the device, twice:
 
-- strong scaling: the global batch stays --batch-size, split over the ranks;
-- weak scaling: every rank keeps --batch-size, so the global batch grows with the ranks.
+- strong scaling: the global batch stays --batch, split over the ranks;
+- weak scaling: every rank keeps --batch, so the global batch grows with the ranks.
 
 It writes one JSON row (sizes, step times, images/s, versions); the sweep adds the job's wall
 time and transport and draws the figures. Start it like the training: torchrun or srun.
@@ -23,7 +23,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from ddp_helpers import ConvNet, cleanup, per_rank_batch, print0, setup_distributed
 
 p = argparse.ArgumentParser()
-p.add_argument("--batch-size", type=int, default=1024, help="strong: global; weak: per rank")
+p.add_argument("--batch", type=int, default=1024, help="strong: the global batch; weak: per process")
 p.add_argument("--image-size", type=int, default=28)
 p.add_argument("--steps", type=int, default=50, help="timed steps, after 5 warm-up steps")
 p.add_argument("--out", required=True, help="write the row here (JSON, rank 0)")
@@ -69,7 +69,7 @@ row = dict(nodes=len(set(hosts)), gpus=world_size, backend=dist.get_backend(), d
            torch=torch.__version__, cuda=torch.version.cuda, hip=torch.version.hip,
            nccl=".".join(map(str, torch.cuda.nccl.version())) if device.type == "cuda" else None,
            python=platform.python_version(), image_size=args.image_size, steps=args.steps)
-for mode, batch in (("strong", per_rank_batch(args.batch_size, world_size)), ("weak", args.batch_size)):
+for mode, batch in (("strong", per_rank_batch(args.batch, world_size)), ("weak", args.batch)):
     s = seconds_per_step(batch)
     row[mode] = dict(global_batch=batch * world_size, step_s=s, images_per_s=batch * world_size / s)
 if rank == 0:
@@ -77,6 +77,6 @@ if rank == 0:
     with open(args.out, "w") as f:
         json.dump(row, f, indent=1)
 print0(f"{world_size} processes on {row['nodes']} node(s), backend {row['backend']}, device {device.type}: "
-       f"strong (global batch {args.batch_size}) and weak ({args.batch_size} per process), "
+       f"strong (global batch {args.batch}) and weak ({args.batch} per process), "
        f"{args.steps} steps each")
 cleanup()
