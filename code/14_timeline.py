@@ -140,11 +140,12 @@ def figure(traces, title):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(10, 1.6 + 0.45 * len(lanes(traces))))
-    draw(traces, title, ax)
-    fig.legend(handles=[plt.Rectangle((0, 0), 1, 1, color=c, label=k) for k, c in COLORS.items()],
-               loc="lower center", ncol=5, frameon=False)
-    fig.tight_layout(rect=(0, 0.1, 1, 1))
+    with plt.rc_context({"font.size": 12}):  # 1000 px wide: 12 pt stays >= 11 px on a page 690 px wide
+        fig, ax = plt.subplots(figsize=(10, 1.6 + 0.45 * len(lanes(traces))))
+        draw(traces, title, ax)
+        fig.legend(handles=[plt.Rectangle((0, 0), 1, 1, color=c, label=k) for k, c in COLORS.items()],
+                   loc="lower center", ncol=5, frameon=False)
+        fig.tight_layout(rect=(0, 0.1, 1, 1))
     return fig
 
 
