@@ -97,7 +97,7 @@ def table(traces):
 
 
 COLORS = {"data": "#8c8c8c", "forward": "#4f81bd", "backward": "#f79646", "optimizer": "#9bbb59",
-          "all-reduce": "#c0504d"}
+          "all-reduce": "#c0504d", "operators": "#222222"}
 
 
 def lanes(traces):
@@ -108,8 +108,11 @@ def lanes(traces):
         gpu = any(e.get("cat") == "kernel" for e in events)
         first = min((e for e in events if e["name"].startswith("ProfilerStep#")), key=lambda e: e["ts"])
         t0, main = first["ts"], first["tid"]
-        out.append((f"rank {rank} main thread",
-                    [(e, e["name"]) for e in events if e["tid"] == main and e["name"] in RANGES], t0))
+        busy = [{"ts": s, "dur": f - s} for s, f in union((e["ts"], e["ts"] + e["dur"]) for e in events
+                                                          if e["tid"] == main and e.get("cat") == "cpu_op")]
+        out.append((f"rank {rank} main thread", [(e, e["name"]) for e in events
+                                                 if e["tid"] == main and e["name"] in RANGES]
+                    + [(e, "operators") for e in busy], t0))
         for i, tid in enumerate(sorted({e["tid"] for e in events if is_comm(e, gpu)})):
             out.append((f"rank {rank} {'NCCL stream' if gpu else 'gloo thread'} {i + 1}",
                         [(e, "all-reduce") for e in events if e["tid"] == tid and is_comm(e, gpu)], t0))
@@ -120,8 +123,9 @@ def draw(traces, title, ax):
     """The lanes on `ax`, times in ms from each rank's first traced step, step boundaries dotted."""
     rows = lanes(traces)
     for y, (label, bars, t0) in enumerate(reversed(rows)):
-        for e, kind in bars:
-            ax.broken_barh([((e["ts"] - t0) / 1e3, e["dur"] / 1e3)], (y - 0.35, 0.7), color=COLORS[kind])
+        for e, kind in bars:  # operators: a dark strip under the ranges; where it stops, the thread waits
+            ax.broken_barh([((e["ts"] - t0) / 1e3, e["dur"] / 1e3)],
+                           (y - 0.35, 0.18) if kind == "operators" else (y - 0.35, 0.7), color=COLORS[kind])
     for rank, events in traces.items():
         t0 = min(e["ts"] for e in events if e["name"].startswith("ProfilerStep#"))
         for e in events:
@@ -143,8 +147,8 @@ def figure(traces, title):
     with plt.rc_context({"font.size": 12}):  # 1000 px wide: 12 pt stays >= 11 px on a page 690 px wide
         fig, ax = plt.subplots(figsize=(10, 1.6 + 0.45 * len(lanes(traces))))
         draw(traces, title, ax)
-        fig.legend(handles=[plt.Rectangle((0, 0), 1, 1, color=c, label=k) for k, c in COLORS.items()],
-                   loc="lower center", ncol=5, frameon=False)
+        fig.legend(handles=[plt.Rectangle((0, 0), 1, 1, color=c, label="operators running" if k == "operators"
+                                          else k) for k, c in COLORS.items()], loc="lower center", ncol=6, frameon=False)
         fig.tight_layout(rect=(0, 0.1, 1, 1))
     return fig
 
