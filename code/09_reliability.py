@@ -1,10 +1,11 @@
 """Step 9: training that survives preemption, time limits and lost processes.
 
-Slurm warns a job before its time limit (USR1, the signal the batch script asks for) and at
-preemption (SIGTERM). Every rank catches the signal; at the end of the current step the ranks
-agree (an all_reduce of a flag), write one consistent checkpoint in the middle of the epoch
-and a marker beside it, and exit with code 3; the batch script requeues the job when it finds
-the marker. Slurm signals every process of the step, loader workers too: they ignore it. A checkpoint is also
+Slurm warns a job before its time limit (USR1, the signal the batch script asks for) and sends
+SIGTERM at preemption, at the time limit and on scancel. Every rank catches both; at the end of
+the current step the ranks agree (an all_reduce of a flag), write one consistent checkpoint in
+the middle of the epoch and exit with code 3. After the warning rank 0 also writes a marker
+beside it, and the batch script requeues the job when it finds the marker; SIGTERM alone
+(scancel) ends the job. Slurm signals every process of the step, loader workers too: they ignore it. A checkpoint is also
 written at the end of every epoch, for the failures that give no warning (a killed process).
 At start every rank resumes from the checkpoint if there is one, and the run ends with the
 weights of an uninterrupted run: bitwise with 2 processes, up to float rounding with more (a
@@ -28,7 +29,7 @@ from ddp_helpers import (ConvNet, accuracy, assert_replicas_equal, cleanup, fail
                          load_dataset, mean_over_ranks, per_rank_batch, print0, setup_distributed,
                          signal_like_slurm, stop_signals_blocked, weights_fingerprint)
 
-STOPPED = 3  # exit code: stopped on a signal, checkpoint written: requeue me
+STOPPED = 3  # exit code: stopped on a signal, checkpoint written
 
 p = argparse.ArgumentParser()
 p.add_argument("--epochs", type=int, default=10)
@@ -52,7 +53,7 @@ p.add_argument("--deterministic", action="store_true", help="deterministic GPU k
                                                             "a resumed run then equals an uninterrupted one bitwise")
 args = p.parse_args()
 os.makedirs(os.path.dirname(args.checkpoint) or ".", exist_ok=True)
-requeue_marker = args.checkpoint + ".requeue"  # "stopped on a signal, checkpoint written": requeue
+requeue_marker = args.checkpoint + ".requeue"  # "stopped on the warning, checkpoint written": requeue
 
 # --8<-- [start:signal]
 stop_signal = None  # set by the handler; the training loop checks it after every step
@@ -60,11 +61,12 @@ stop_signal = None  # set by the handler; the training loop checks it after ever
 
 def request_stop(signum, frame):  # Python runs it in the main thread, between two statements
     global stop_signal
-    stop_signal = signal.Signals(signum).name
+    if stop_signal != "SIGUSR1":  # a SIGTERM after the warning (the time limit) still requeues
+        stop_signal = signal.Signals(signum).name
 
 
 signal.signal(signal.SIGUSR1, request_stop)  # Slurm's warning: #SBATCH --signal=USR1@120
-signal.signal(signal.SIGTERM, request_stop)  # preemption, the time limit, scancel
+signal.signal(signal.SIGTERM, request_stop)  # preemption, the time limit, scancel: no requeue
 # --8<-- [end:signal]
 
 
@@ -166,19 +168,22 @@ for epoch in range(start_epoch, args.epochs):
         loss_sum += loss.item()
         if args.signal_at == epoch * steps + step + 1 and rank == world_size - 1:
             signal_like_slurm(args.send)  # one rank: the others must learn it
-        # Each rank may get the signal at another moment: all stop at the same step if any got it.
-        stop = torch.tensor(float(stop_signal is not None), device=device)
+        # Each rank may get the signal at another moment: all stop at the same step if any got it
+        # (2 if any got the warning: requeue; 1 for SIGTERM alone: stop for good).
+        stop = torch.tensor(float({None: 0, "SIGTERM": 1, "SIGUSR1": 2}[stop_signal]), device=device)
         dist.all_reduce(stop, op=dist.ReduceOp.MAX)
         if stop.item():
             stopped = True
             break
     if stopped:
         save_checkpoint(epoch, step + 1, loss_sum)
-        if rank == 0:  # after the checkpoint: the marker promises that it exists
+        requeue = stop.item() == 2  # the warning: the batch script requeues the job
+        if rank == 0 and requeue:  # after the checkpoint: the marker promises that it exists
             with open(requeue_marker, "w") as f:
                 f.write(f"stopped in epoch {epoch} after batch {step + 1} ({stop_signal or 'another rank'})\n")
         print0(f"stopped in epoch {epoch} after batch {step + 1} of {steps} on a signal "
-               f"({stop_signal or 'from another rank'}): checkpoint written, exit code {STOPPED}")
+               f"({stop_signal or 'from another rank'}): checkpoint written, exit code {STOPPED}"
+               + ("" if requeue else " (SIGTERM without a warning: no requeue)"))
         cleanup(exit_code=STOPPED)
     # --8<-- [end:loop]
     sched.step()

@@ -6,7 +6,8 @@ one node and on many:
     torchrun --standalone --nproc_per_node=2 take_home.py
     srun python take_home.py  # one task per GPU, MASTER_ADDR/PORT exported
 slurm/take-home.sbatch (Roihu) and slurm/take-home-lumi.sbatch (LUMI) requeue
-the job when it stops on Slurm's warning. Each part: docs/take-home.md.
+the job when it stops on Slurm's warning; scancel ends it. Each part:
+docs/take-home.md.
 """
 import argparse
 import atexit
@@ -26,8 +27,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler, Subset
 from torch.utils.data import TensorDataset
 
-STOPPED = 3  # exit code: stopped on a signal, checkpoint written: requeue
-STOP_SIGNALS = {signal.SIGUSR1, signal.SIGTERM}  # Slurm's warning, preemption
+STOPPED = 3  # exit code: stopped on a signal, checkpoint written
+STOP_SIGNALS = {signal.SIGUSR1, signal.SIGTERM}  # Slurm's warning; scancel
 
 def parse_args():
     p = argparse.ArgumentParser()
@@ -172,8 +173,9 @@ def main():
         if rank == 0:
             print(*a, flush=True)
 
-    # Slurm's warning and preemption reach every process of the step: note
-    # it, and stop at the end of the current step.
+    # Slurm's warning (USR1: requeue) and SIGTERM (scancel, preemption, the
+    # time limit: the end) reach every process of the step: note it, and stop
+    # at the end of the current step.
     stop = []
     for s in STOP_SIGNALS:
         signal.signal(s, lambda signum, frame: stop.append(signum))
@@ -195,7 +197,7 @@ def main():
         f"lr {lr:.4f}")
 
     # Resume: the same weights, optimizer, schedule and place in the data.
-    marker = args.checkpoint + ".requeue"  # "stopped on a signal": requeue
+    marker = args.checkpoint + ".requeue"  # "stopped on the warning": requeue
     if rank == 0 and os.path.exists(marker):
         os.remove(marker)
     start_epoch, start_step = 0, 0
@@ -250,17 +252,21 @@ def main():
             at = epoch * steps + step + 1
             if args.signal_at == at and rank == world_size - 1:
                 os.kill(os.getpid(), signal.SIGUSR1)
-            # Every rank stops after the same step: did any rank get one?
-            flag = torch.tensor([float(bool(stop))], device=device)
+            # Every rank stops after the same step: did any rank get one? 2:
+            # the warning (requeue), 1: SIGTERM alone (scancel: stop for good)
+            flag = torch.tensor([2.0 if signal.SIGUSR1 in stop else
+                                 float(bool(stop))], device=device)
             dist.all_reduce(flag, op=dist.ReduceOp.MAX)
             if flag.item():
                 break
         if flag.item():
             save(epoch, step + 1)
-            if rank == 0:
+            requeue = flag.item() == 2  # the batch script requeues on it
+            if rank == 0 and requeue:
                 open(marker, "w").close()
             say(f"stopped in epoch {epoch} after step {step + 1} on a "
-                f"signal: checkpoint written, exit {STOPPED}")
+                f"signal: checkpoint written, exit {STOPPED}"
+                + ("" if requeue else " (SIGTERM, no warning: no requeue)"))
             leave(STOPPED)
         start_step = 0
         save(epoch + 1, 0)  # a crash without warning loses one epoch at most
