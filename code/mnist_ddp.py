@@ -62,6 +62,12 @@ def train(args, model, device, train_loader, optimizer, epoch):
                 break
 
 
+def unpadded_shard(dataset):
+    # this rank's test images: r, r + world_size, ...: each image once over all ranks. A
+    # DistributedSampler pads with copies instead, so that every rank gets as many (step 4)
+    return torch.utils.data.Subset(dataset, range(dist.get_rank(), len(dataset), dist.get_world_size()))
+
+
 def test(model, device, test_loader):
     model.eval()
     test_loss = 0
@@ -74,16 +80,17 @@ def test(model, device, test_loader):
             pred = output.argmax(dim=1, keepdim=True)  # get the index of the max log-probability
             correct += pred.eq(target.view_as(pred)).sum().item()
 
-    # each rank tested its own share: add up the sums of all ranks (the same on every rank)
-    sums = torch.tensor([test_loss, correct], dtype=torch.float64, device=device)
+    # each rank tested its own share: add up the sums of all ranks (the same on every rank),
+    # and the images tested, so that every image counts once
+    sums = torch.tensor([test_loss, correct, len(test_loader.dataset)], dtype=torch.float64, device=device)
     dist.all_reduce(sums)
-    test_loss, correct = sums[0].item(), int(sums[1].item())
-    test_loss /= len(test_loader.dataset)
+    test_loss, correct, tested = sums[0].item(), int(sums[1].item()), int(sums[2].item())
+    test_loss /= tested
 
     if dist.get_rank() == 0:
         print('\nTest set: Average loss: {:.4f}, Accuracy: {}/{} ({:.0f}%)\n'.format(
-            test_loss, correct, len(test_loader.dataset),
-            100. * correct / len(test_loader.dataset)))
+            test_loss, correct, tested,
+            100. * correct / tested))
 
 
 def main():
@@ -143,8 +150,7 @@ def main():
                        transform=transform)
     train_loader = torch.utils.data.DataLoader(dataset1, sampler=DistributedSampler(dataset1),
                                                **train_kwargs)
-    test_loader = torch.utils.data.DataLoader(dataset2, **test_kwargs,
-                                              sampler=DistributedSampler(dataset2, shuffle=False))
+    test_loader = torch.utils.data.DataLoader(unpadded_shard(dataset2), **test_kwargs)
 
     model = DDP(Net().to(device), device_ids=[local_rank] if use_accel else None)
     optimizer = optim.Adadelta(model.parameters(), lr=args.lr)
