@@ -6,24 +6,26 @@ once, on every rank, after the model, the loader and its sampler exist:
     import ddp_check
     ddp_check.check(model, loader, global_batch=args.batch_size)
 
-Rank 0 prints the lines (an exits PROBLEM: the rank that is stuck); each begins with
-`ddp_check:` and says `ok`, `note` or `PROBLEM`:
+Rank 0 prints the lines (an exits warning: the rank that waits); each begins with
+`ddp_check:` and says `ok`, `note`, `warning` or `PROBLEM`:
 
 - world    the processes vs what Slurm allocated (tasks, nodes, GPUs) and how they started;
 - shards   whether every rank's loader yields samples of its own;
 - epoch    whether the sampler gets a new epoch (said again if an epoch repeats its order);
 - batch    the global batch (all ranks' per-rank batches) vs the one you meant;
 - replicas whether all copies of the model are equal after a training step;
-- exits    a rank that stops training (model.eval(), barrier, destroy_process_group) and is
-           stuck there while others have not stopped says so and ends the job, instead of a hang
-           until the time limit;
+- exits    a rank that stops training (model.eval(), barrier, destroy_process_group) and
+           waits there while others have not stopped says so after exit_timeout, and again
+           if it moves on (a save or evaluation on rank 0 alone); with end_job=True it ends
+           the job instead, rather than hang until the process group's timeout;
 - threads  CPU threads per process vs the cores each process has;
 - workers  the loader's worker processes per rank vs those cores.
 
 It adds no work to the training steps but one comparison after the first step; each stop
 writes one key to the process group's store (a private PyTorch call, _get_default_store) and
-starts a short-lived watcher thread. exit_timeout= (300 s) must exceed what one rank does alone
-(a rank-0-only evaluation or checkpoint).
+starts a short-lived watcher thread. With end_job=True, exit_timeout= (300 s) must exceed what
+some ranks do alone (a rank-0-only evaluation or checkpoint). It does not see evaluation: a
+metric computed on one rank's shard, or on a padded one, and printed as global is not reported.
 """
 import os
 import socket
@@ -167,14 +169,23 @@ def _replicas(model, step):  # every rank at its second training forward after c
              f"step(s)")
 
 
-def _exits(model, timeout):
+def _moved():  # a training step, or a stop that returned
+    _state["progress"] += 1
+    if _state.pop("warned", False):
+        print(f"ddp_check: exits    ok      rank {_state['rank']} moved on: some ranks worked "
+              "alone for a while (a save, an evaluation), not a hang", flush=True)
+
+
+def _exits(model, timeout, end_job):
     """When a rank stops training (model.eval(), dist.barrier, destroy_process_group) it notes so
     in the process group's key-value store, and a watcher thread waits `timeout` seconds. If the
-    rank is still stuck then (no training step, the call has not returned) while another rank
-    has not stopped as often, it says so and ends the job. It never blocks the rank itself: a
-    rank-0-only validation that comes back to training goes on unnoticed."""
+    rank is still waiting then (no training step, the call has not returned) while another rank
+    has not stopped as often, it says so, and ends the job if end_job; otherwise it says so
+    again when the rank moves on. It never blocks the rank itself: a rank-0-only validation that
+    comes back to training within `timeout` goes on unnoticed."""
     store = dist.PrefixStore("ddp_check/", dist.distributed_c10d._get_default_store())
     rank, world = dist.get_rank(), dist.get_world_size()
+    _state["rank"] = rank
 
     def watch(stops, progress):
         deadline = time.monotonic() + timeout
@@ -184,12 +195,17 @@ def _exits(model, timeout):
             time.sleep(0.2)
         behind = [r for r in range(world) if r != rank and (
             not store.check([f"stops{r}"]) or int(store.get(f"stops{r}")) < stops)]
-        if behind:
-            print(f"ddp_check: exits    PROBLEM rank {rank} stopped training after "
-                  f"{_state['steps']} step(s); rank(s) {', '.join(map(str, behind))} did not, and "
-                  f"nothing moved for {timeout} s: a break, return or exit that only some ranks take "
-                  "(inside `if rank == 0:`?)", flush=True)
+        if not behind:
+            return
+        print(f"ddp_check: exits    {'PROBLEM' if end_job else 'warning'} rank {rank} stopped "
+              f"training after {_state['steps']} step(s); rank(s) {', '.join(map(str, behind))} did "
+              f"not, and nothing moved for {timeout} s: a break, return or exit that only some "
+              "ranks take (inside `if rank == 0:`?)" + ("" if end_job else ", or a long save or "
+              "evaluation on some ranks only (said if it moves on)"), flush=True)
+        if end_job:
             os._exit(1)
+        _state["warned"] = True  # _moved() says so when it moves on; a hang ends at the
+        # process group's own timeout
 
     def stopping():
         _state["stops"] += 1
@@ -200,7 +216,7 @@ def _exits(model, timeout):
         def wrapper(*args, **kwargs):
             stopping()
             result = original(*args, **kwargs)
-            _state["progress"] += 1
+            _moved()
             return result
         return wrapper
     dist.barrier = wrap(dist.barrier)
@@ -249,8 +265,9 @@ def _workers(loader, per_process):  # loader workers are processes too, on the s
         _say("workers", "ok", line)
 
 
-def check(model, loader, global_batch=None, epoch=None, exit_timeout=300):
-    """Run on every rank, once, with the model (DDP-wrapped or not) and the training loader."""
+def check(model, loader, global_batch=None, epoch=None, exit_timeout=300, end_job=False):
+    """Run on every rank, once, with the model (DDP-wrapped or not) and the training loader.
+    end_job=True: a rank stuck for exit_timeout after it stopped training ends the job."""
     if not dist.is_initialized():
         raise SystemExit("error: ddp_check.check() runs after init_process_group()")
     # Its own gloo group: its messages never mix with the training's (nccl or gloo) ones.
@@ -266,10 +283,10 @@ def check(model, loader, global_batch=None, epoch=None, exit_timeout=300):
     def before_forward(module, inputs):  # counts training steps; compares after the first one
         if module.training and torch.is_grad_enabled():
             _state["steps"] += 1
-            _state["progress"] += 1
+            _moved()
             if _state["steps"] == 2:
                 _replicas(model, 1)
     model.register_forward_pre_hook(before_forward)
-    _exits(model, exit_timeout)
+    _exits(model, exit_timeout, end_job)
     _say("exits", "ok", f"watching: a rank stuck for {exit_timeout} s after it stopped training "
-         "while others did not ends the job")
+         "while others did not " + ("ends the job" if end_job else "is reported"))

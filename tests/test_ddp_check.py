@@ -1,5 +1,8 @@
 """code/ddp_check.py's `workers` line, in this process (a gloo group of one): the notebook "Your
 own script" shows its `ok` on the practice cluster; here the other two verdicts."""
+import os
+import socket
+import subprocess
 import sys
 from pathlib import Path
 
@@ -65,3 +68,44 @@ def test_mnist_ddp_tests_each_image_once(monkeypatch, world):
     assert int(sum(ranks.sums)[2]) == 300  # the images tested, summed over the ranks
     source = Path(mnist_ddp.__file__).read_text()
     assert "DataLoader(unpadded_shard(dataset2)" in source and "DistributedSampler(dataset2" not in source
+
+
+RANK0_SAVES = """
+import os, sys, time, torch, torch.distributed as dist
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+sys.path.insert(0, {code!r})
+import ddp_check
+dist.init_process_group("gloo")
+model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(2, 1))
+data = TensorDataset(torch.zeros(8, 2))
+loader = DataLoader(data, batch_size=2, sampler=DistributedSampler(data))
+ddp_check.check(model, loader, global_batch=4, exit_timeout=2)
+for (x,) in loader:
+    model(x).sum().backward()
+if dist.get_rank() == 0:
+    time.sleep(6)  # rank 0 writes a large checkpoint alone (step 9's pattern), then the barrier
+dist.barrier()
+print("rank", dist.get_rank(), "done", flush=True)
+dist.destroy_process_group()
+os._exit(0)
+"""
+
+
+def test_a_rank_0_only_save_longer_than_the_watch_does_not_end_the_job(tmp_path):
+    """Issue 37 M4: rank 1 waits at the barrier for 6 s while rank 0 saves, with exit_timeout=2.
+    The check says so and says when rank 1 moves on; both ranks finish (it used to end rank 1
+    with exit code 1)."""
+    script = tmp_path / "rank0_saves.py"
+    script.write_text(RANK0_SAVES.format(code=str(Path(ddp_check.__file__).parent)))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "TORCHELASTIC"))}
+    env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE="2", OMP_NUM_THREADS="1")
+    procs = [subprocess.Popen([sys.executable, str(script)], env={**env, "RANK": str(r), "LOCAL_RANK": str(r)},
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in (0, 1)]
+    outs = [p.communicate(timeout=120)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    assert "rank 1 done" in outs[1], outs
+    assert "ddp_check: exits    warning rank 1 stopped training after 2 step(s); rank(s) 0 did not" in outs[1]
+    assert "ddp_check: exits    ok      rank 1 moved on" in outs[1], outs
