@@ -8,10 +8,13 @@ step 10's whole ladder, one results file and a one-screen summary.
     python3 tools/gpu_check.py --cpu-smoke --out-dir /tmp/x   # CPU: gloo, tiny sizes (tests/test_gpu_check.py)
     python3 tools/gpu_check.py --out-dir DIR   # a machine you only borrow: the file is rewritten after
                                                # every entry, so a call cut short keeps what ran
+    python3 tools/gpu_check.py --import A.json B.json --note "how"   # pieces of one machine, merged
+                                               # into benchmarks/ and judged again by these rules
 
 Each entry runs the scripts as a reader would (torchrun = python -m torch.distributed.run), with
 world size 1 and with as many processes as the machine has GPUs, and passes when they exit as
-expected and say `backend nccl, device cuda` where they print their backend. The results go to
+expected, say `backend nccl, device cuda` where they print their backend, and every property the
+pages claim holds (Entry.same: a PASS never stands beside a False). The results go to
 benchmarks/gpu-<device>.json: the device, driver, torch, and per entry its commands, exit codes,
 figures, the end of its output and pass/fail/skip with the reason. Entries run again replace their
 old result, so a check can be done in pieces of under 10 minutes (--budget stops starting entries).
