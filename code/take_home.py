@@ -203,10 +203,12 @@ def main():
     start_epoch, start_step = 0, 0
     if os.path.exists(args.checkpoint):
         ckpt = torch.load(args.checkpoint, map_location="cpu")
-        if ckpt["world_size"] != world_size:
-            fail(f"error: {args.checkpoint} was written by "
-                 f"{ckpt['world_size']} processes, not {world_size}: resume "
-                 f"with as many, or start afresh with another --checkpoint")
+        # its data position counts batches of this size on this many ranks
+        was = (ckpt["world_size"], ckpt["batch_size"])
+        if was != (world_size, args.batch_size):
+            fail(f"error: {args.checkpoint} was written by {was[0]} "
+                 f"processes with batch size {was[1]}: resume with the "
+                 f"same, or start afresh with another --checkpoint")
         model.module.load_state_dict(ckpt["model"])
         opt.load_state_dict(ckpt["optimizer"])
         warmup.load_state_dict(ckpt["warmup"])
@@ -220,8 +222,12 @@ def main():
                         exist_ok=True)
             state = {"model": model.module.state_dict(), "epoch": epoch,
                      "optimizer": opt.state_dict(), "step": step,
-                     "warmup": warmup.state_dict(), "world_size": world_size}
-            torch.save(state, args.checkpoint + ".tmp")
+                     "warmup": warmup.state_dict(), "world_size": world_size,
+                     "batch_size": args.batch_size}
+            with open(args.checkpoint + ".tmp", "wb") as f:
+                torch.save(state, f)
+                f.flush()
+                os.fsync(f.fileno())  # on disk, not only in the page cache
             # atomic: the old file or the new one, never half of one
             os.replace(args.checkpoint + ".tmp", args.checkpoint)
         dist.barrier()

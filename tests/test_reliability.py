@@ -330,3 +330,22 @@ def test_take_home_batch_files_requeue_alike():
         text = (ROOT / path).read_text().splitlines()
         assert all(any(l.startswith(want) for l in text) for want in lines), path
         assert any(l.startswith("trap 'ended=1;") and l.endswith("' TERM") for l in text), path
+
+
+def test_take_home_refuses_a_resume_with_another_batch_size(tmp_path):
+    """Issue 37 N2: the checkpoint's data position counts batches of the size it was written
+    with; a resume with another --batch-size is refused, as step 9 refuses it."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "TORCHELASTIC"))}
+    env.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", OMP_NUM_THREADS="1")
+    ckpt = str(tmp_path / "take-home.pt")
+
+    def take_home(*args):
+        return subprocess.run([sys.executable, "code/take_home.py", "--checkpoint", ckpt, "--workers", "0", *args],
+                              cwd=ROOT, env={**env, "MASTER_PORT": str(_free_port())}, capture_output=True,
+                              text=True, timeout=120)
+    first = take_home("--epochs", "1")
+    assert first.returncode == 0 and torch.load(ckpt)["batch_size"] == 96, first.stdout + first.stderr
+    again = take_home("--epochs", "2", "--batch-size", "48")
+    assert again.returncode == 1, again.stdout + again.stderr
+    assert again.stderr.strip().endswith(f"error: {ckpt} was written by 1 processes with batch size 96: "
+                                         "resume with the same, or start afresh with another --checkpoint")
