@@ -1,6 +1,6 @@
 """Step 15: a bad mesh or batch is one line, before any process group starts. Each case runs the
 script once, as one process, with the variables torchrun would set for the world it describes
-(cheap: no process group, no training); the notebook runs the script itself."""
+(cheap: no process group, no training); the page shows these cases."""
 import os
 import subprocess
 import sys
@@ -10,7 +10,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-CASES = {  # name: (what torchrun would set, the script's options, the line it must print)
+# --8<-- [start:cases]
+CASES = {  # name: (what torchrun sets in every process, the script's options, the line each prints)
     "mesh": ({"WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "4"}, ["--dp", "3", "--tp", "2"],
              "error: mesh (dp 3, tp 2) holds 6 processes, but the world size is 4: dp x tp must equal it"),
     "tp-over-a-node": ({"WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "4"}, ["--dp", "1", "--tp", "8"],
@@ -20,6 +21,7 @@ CASES = {  # name: (what torchrun would set, the script's options, the line it m
               "error: batch size 90 is not divisible by dp 4: use a multiple of 4 (the tp processes of "
               "a group share their batch)"),
 }
+# --8<-- [end:cases]
 
 
 @pytest.mark.parametrize("case", CASES)
