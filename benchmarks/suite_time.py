@@ -1,0 +1,39 @@
+"""Where `make test`'s time goes: per-file durations from a JUnit report (issue 35).
+
+    .venv/bin/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder --junitxml=/tmp/suite.xml
+    .venv/bin/python benchmarks/suite_time.py /tmp/suite.xml "17:58" "2 cores, quiet machine"
+
+Writes benchmarks/suite-time.json and benchmarks/suite-time.md: each file's summed test time
+(a notebook's cells, a test file's tests), the longest first, and the wall time given.
+"""
+import json
+import sys
+import xml.etree.ElementTree as ET
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def main(report, wall, where):
+    per_file, count = defaultdict(float), defaultdict(int)
+    for case in ET.parse(report).getroot().iter("testcase"):
+        name = case.get("file") or case.get("classname", "").replace(".", "/") + ".py"
+        if "ipynb" in case.get("classname", ""):
+            name = case.get("classname").split("::")[0]
+        per_file[name] += float(case.get("time", 0))
+        count[name] += 1
+    rows = sorted(per_file.items(), key=lambda kv: -kv[1])
+    total = sum(per_file.values())
+    (ROOT / "benchmarks" / "suite-time.json").write_text(json.dumps(
+        {"wall": wall, "where": where, "summed_seconds": round(total), "files": {k: round(v, 1) for k, v in rows},
+         "items": dict(count)}, indent=1) + "\n")
+    md = [f"`make test`: {wall} wall time ({where}); {total / 60:.1f} minutes of tests summed over the two "
+          "workers. Per file, the longest first:", "", "| file | items | seconds |", "|---|---:|---:|"]
+    md += [f"| `{k}` | {count[k]} | {v:.0f} |" for k, v in rows]
+    (ROOT / "benchmarks" / "suite-time.md").write_text("\n".join(md) + "\n")
+    print("\n".join(md))
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:4])
