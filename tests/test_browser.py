@@ -317,7 +317,7 @@ READING_JS = r"""() => {
     const lang = hl && [...hl.classList].find(c => c.startsWith("language-"));
     return (!lang || lang === "language-text" || lang === "language-console") ? "output" : "source";
   };
-  const out = {output: [0, []], source: [0, []], table: [0, []], overlap: [], clipped: [], split: [], lines: [0, 0]};
+  const out = {output: [0, []], source: [0, []], table: [0, []], overlap: [], clipped: [], split: [], lines: [0, 0], codebreak: []};
   for (const pre of all("pre")) {
     const k = kind(pre);
     out[k][0]++;
@@ -387,8 +387,41 @@ READING_JS = r"""() => {
       }
     }
   }
+  // Inline code (prose, lists, tables) that breaks across lines inside a token: where (the two
+  // characters before the break and the one after), judged per width by the test.
+  for (const c of all("code")) {
+    if (c.closest("pre, .search-only, h1, h2, h3, h4, h5, h6")) continue;
+    if (new Set([...c.getClientRects()].filter(q => q.width > 0).map(q => Math.round(q.top))).size < 2) continue;
+    const walker = document.createTreeWalker(c, NodeFilter.SHOW_TEXT), full = c.textContent;
+    let top0 = null, before = "", k = -1;
+    for (let n = walker.nextNode(); n; n = walker.nextNode()) {
+      for (let i = 0; i < n.data.length; i++) {
+        const ch = n.data[i]; k++;
+        if (/\s/.test(ch)) { top0 = null; before = ""; continue; }  // a break at a space is between words
+        const r = document.createRange(); r.setStart(n, i); r.setEnd(n, i + 1);
+        const q = [...r.getClientRects()].find(q => q.width > 0);
+        if (!q) continue;
+        if (top0 !== null && Math.abs(Math.round(q.top) - top0) > 2)
+          out.codebreak.push([before + full.slice(k).split(/\s/)[0], before.slice(-2), ch, c.closest("td, th") ? "table" : "prose"]);
+        top0 = Math.round(q.top); before += ch;
+      }
+    }
+  }
   return out;
 }"""
+
+
+FLAG_OR_FILE = re.compile(r"-.*|[\w.~$/<>-]*\w\.[A-Za-z]\w{0,7}|[^(=]*/[^(=]*")
+
+
+def bad_code_break(width, token, before, after):
+    """Inline code breaks between words; inside a token only after a '-' that follows a letter or
+    digit (never inside '--'), after '/', ',', '(', '[' or '=', or before a '.'; and inside a flag
+    or a file name at 1280 px only after a folder's '/', on a phone only there (issue 41, item 3)."""
+    if width >= 1280 and FLAG_OR_FILE.fullmatch(token):
+        return not (before[-1:] == "/" and "/" in token and not token.startswith("-"))
+    return not ((before[-1:] == "-" and before[-2:-1].isalnum()) or before[-1:] in "/,([=" or after == ".")
+
 
 # Bounds (issue 24): at 1280 px nothing an output or a table shows is off screen; on a phone
 # a few long tokens (a 70-character sacct --format flag) scroll, and so do tables of four or
@@ -426,6 +459,8 @@ def test_nothing_important_off_screen(browser, base_url, width):
         t = totals.setdefault((page_type(url), "lines"), [0, 0])
         t[0] += r["lines"][1]; t[1] += r["lines"][0]
         problems += [f"{url}: {what}: {x}" for what in ("clipped", "overlap", "split") for x in r[what]]
+        problems += [f"{url}: inline code broken after {b!r} before {a!r}: {token!r} ({where})"
+                     for token, b, a, where in r["codebreak"] if bad_code_break(width, token, b, a)]
     pg.close()
     report = ROOT / "runs" / "screenshots" / f"reading-{width}.json"
     report.parent.mkdir(parents=True, exist_ok=True)
@@ -451,11 +486,19 @@ def test_reading_check_finds_what_issue_24_found(page):
       <table style="display: block; width: max-content; max-width: 100%; overflow-x: auto; white-space: nowrap"><tr><td>a cell</td>
         <td>a long line that would wrap if the table let it wrap like a table of a step page</td></tr></table>
       <table><tr><td style="width: 60px; word-break: break-all">--gres=gpu:gh200:1</td></tr></table>
+      <p style="width: 40px">Use <code style="word-break: break-all">--ntasks-per-node=1</code></p>
       </article></div>""")
     r = page.evaluate(READING_JS)
     assert r["output"][1] and r["table"][1], r
     assert any("--gres" in s for s in r["split"]), r["split"]
     assert r["overlap"] and r["clipped"], r
+    breaks = [(b, a) for token, b, a, where in r["codebreak"] if token == "--ntasks-per-node=1"]
+    assert len(breaks) >= 3 and all(bad_code_break(1280, "--ntasks-per-node=1", b, a) for b, a in breaks), r
+    cases = [("s-", "p"), ("--", "n"), ("-n", "t"), ("d/", "0"), ("01", "."), ("ab", "c")]
+    assert [bad_code_break(390, "--x-y", b, a) for b, a in cases] == [False, True, True, False, False, True]
+    assert not bad_code_break(1280, "slurm/05-x.sbatch", "m/", "0") and bad_code_break(1280, "--a=b/c", "b/", "c")
+    assert [bad_code_break(1280, t, "rm", ".") for t in ["slurm/05-x.sbatch", "code/01_ddp.py", "--account",
+                                                           "nn.SyncBatchNorm.convert_sync_batchnorm(model)"]] == [True] * 3 + [False]
 
 
 DIAGRAM_JS = r"""() => [...document.querySelectorAll("article figure.diagram")].map(f => {

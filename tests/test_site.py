@@ -175,6 +175,9 @@ def submitted_by_notebooks():
             found |= set(re.findall(r"(?:submit|start)\(\s*[\"'](slurm/[\w.-]+\.sbatch)", "".join(cell["source"])))
             if cell["cell_type"] == "code":  # plain sbatch, shown as the reader types it (run("sbatch ..."))
                 found |= set(re.findall(r"run\(\s*[\"']sbatch (slurm/[\w.-]+\.sbatch)", "".join(cell["source"])))
+                # a sweep of jobs of one file (step 14: run("python code/14_sweep.py --sbatch FILE ..."))
+                found |= set(re.findall(r"run\(\s*[\"']python code/\d\d_sweep\.py --sbatch (slurm/[\w.-]+\.sbatch)",
+                                        "".join(cell["source"])))
     for test in ROOT.glob("tests/test_*.py"):  # a test that submits a file and checks its output
         found |= set(re.findall(r"submit\(\s*[\"'](slurm/[\w.-]+\.sbatch)", test.read_text()))
     return found
@@ -449,3 +452,19 @@ def test_notebook_pages_leave_the_set_up_cell_to_the_download(site_dir):
         assert not any("harness" in c["metadata"].get("tags", []) for c in cells[1:]), nb.name
         page = (site_dir / "notebooks" / nb.stem / "index.html").read_text()
         assert "../tools" not in page, f"{nb.name}: its set-up cell is still on the page"
+
+
+def test_file_names_and_flags_stay_whole():
+    """The hook keeps a file name whole in a table or a heading (an extension of 6 letters too:
+    `.sbatch` was split from its name, issue 41 item 3); inline code keeps a flag or a file name
+    whole on a wide screen (.tok) and breaks a path after its folders' '/' only."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    from site_build.wrapping import inline_code, keep_whole
+
+    cell = keep_whole("slurm/05-multinode-torchrun-lumi.sbatch")
+    assert re.sub(r"(<[^>]+>)+", "|", cell).strip("|") == "slurm/|05-multinode-torchrun-lumi.sbatch", cell
+    code = inline_code("<p>Use <code>--ntasks-per-node=1</code> with <code>slurm/05-multinode-torchrun.sbatch</code></p>")
+    flag, path = re.findall(r"<code>(.*?)</code>", code)
+    assert "<wbr>" not in flag and flag.count('class="brk"') == 2, flag  # --ntasks-|per-|node=1 on a phone only
+    assert path.count("<wbr>") == 1 and "<wbr><span class=\"nobr\">05-" in path, path
+    assert inline_code("<pre><code>--ntasks-per-node=1 --account=project_2001234</code></pre>").count("tok") == 0
