@@ -123,9 +123,10 @@ def draw(traces, title, ax):
     """The lanes on `ax`, times in ms from each rank's first traced step, step boundaries dotted."""
     rows = lanes(traces)
     for y, (label, bars, t0) in enumerate(reversed(rows)):
-        for e, kind in bars:  # operators: a dark strip under the ranges; where it stops, the thread waits
-            ax.broken_barh([((e["ts"] - t0) / 1e3, e["dur"] / 1e3)],
-                           (y - 0.35, 0.18) if kind == "operators" else (y - 0.35, 0.7), color=COLORS[kind])
+        for kind, color in COLORS.items():  # operators: a dark strip under the ranges; where it stops, the thread waits
+            spans = [((e["ts"] - t0) / 1e3, e["dur"] / 1e3) for e, k in bars if k == kind]
+            if spans:
+                ax.broken_barh(spans, (y - 0.35, 0.18) if kind == "operators" else (y - 0.35, 0.7), color=color)
     for rank, events in traces.items():
         t0 = min(e["ts"] for e in events if e["name"].startswith("ProfilerStep#"))
         for e in events:
