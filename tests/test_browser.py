@@ -317,12 +317,18 @@ READING_JS = r"""() => {
     const lang = hl && [...hl.classList].find(c => c.startsWith("language-"));
     return (!lang || lang === "language-text" || lang === "language-console") ? "output" : "source";
   };
-  const out = {output: [0, []], source: [0, []], table: [0, []], overlap: [], clipped: [], split: [], lines: [0, 0], codebreak: []};
+  const out = {output: [0, []], source: [0, []], table: [0, []], overlap: [], clipped: [], split: [], lines: [0, 0], codebreak: [], columns: [0, []], colscroll: 0};
+  const wide = pre => [pre, pre.parentElement, ...pre.querySelectorAll(":scope > code")].some(scrolls) || pre.getBoundingClientRect().right > right + 1;
   for (const pre of all("pre")) {
     const k = kind(pre);
     out[k][0]++;
-    if ([pre, pre.parentElement, ...pre.querySelectorAll(":scope > code")].some(scrolls) || pre.getBoundingClientRect().right > right + 1)
-      out[k][1].push(label(pre));
+    if (wide(pre)) {  // (an output whose table rows alone are wider scrolls on purpose: issue 41)
+      const cols = [...pre.querySelectorAll(".columns")];
+      cols.forEach(c => c.style.display = "none");
+      const still = wide(pre);
+      cols.forEach(c => c.style.display = "");
+      if (k === "source" || still) out[k][1].push(label(pre)); else out.colscroll++;
+    }
     if (k === "source") {  // how many of its lines are wider than the block shows
       const code = pre.querySelector(":scope > code") || pre;
       const box = [code, pre, pre.parentElement].find(e => ["auto", "scroll"].includes(getComputedStyle(e).overflowX)) || code;
@@ -386,6 +392,30 @@ READING_JS = r"""() => {
         if (tops.size > 1) out.split.push(`${JSON.stringify(m[0])} in ${e.tagName} ${label(e)}`);
       }
     }
+  }
+  // Output lines that are table rows (next to another row; a gap of two or more spaces inside,
+  // a short last field: squeue, sacct, a sweep) stay on one line each (issue 41, item 2).
+  const row = l => l !== undefined && !l.startsWith("$ ") && /\S {2,}\S/.test(l) && l.trim().split(/ {2,}/).pop().split(/\s+/).length <= 6;
+  for (const pre of all("pre")) {
+    if (kind(pre) !== "output") continue;
+    const nodes = []; let full = "";
+    const w = document.createTreeWalker(pre, NodeFilter.SHOW_TEXT);
+    for (let n = w.nextNode(); n; n = w.nextNode()) {
+      if (n.parentElement.closest("button, .md-code__nav")) continue;
+      nodes.push([n, full.length]); full += n.data;
+    }
+    const at = k => { let i = nodes.length - 1; while (i > 0 && nodes[i][1] > k) i--; return [nodes[i][0], Math.min(k - nodes[i][1], nodes[i][0].data.length)]; };
+    const lines = full.split("\n");
+    let start = 0;
+    lines.forEach((l, i) => {
+      const s0 = start; start += l.length + 1;
+      if (!row(l) || !(row(lines[i - 1]) || row(lines[i + 1]))) return;
+      const r = document.createRange(), [a, ao] = at(s0), [b, bo] = at(s0 + l.trimEnd().length);
+      r.setStart(a, ao); r.setEnd(b, bo);
+      out.columns[0]++;
+      if (new Set([...r.getClientRects()].filter(q => q.width > 0).map(q => Math.round(q.top))).size > 1)
+        out.columns[1].push(l.trim().slice(0, 60));
+    });
   }
   // Inline code (prose, lists, tables) that breaks across lines inside a token: where (the two
   // characters before the break and the one after), judged per width by the test.
@@ -459,6 +489,9 @@ def test_nothing_important_off_screen(browser, base_url, width):
         t = totals.setdefault((page_type(url), "lines"), [0, 0])
         t[0] += r["lines"][1]; t[1] += r["lines"][0]
         problems += [f"{url}: {what}: {x}" for what in ("clipped", "overlap", "split") for x in r[what]]
+        problems += [f"{url}: table row wrapped: {x!r}" for x in r["columns"][1]]
+        t = totals.setdefault(("all", "rows"), [0, 0])
+        t[0] += r["colscroll"]; t[1] += r["columns"][0]
         problems += [f"{url}: inline code broken after {b!r} before {a!r}: {token!r} ({where})"
                      for token, b, a, where in r["codebreak"] if bad_code_break(width, token, b, a)]
     pg.close()
@@ -467,6 +500,7 @@ def test_nothing_important_off_screen(browser, base_url, width):
     report.write_text(json.dumps({"totals": {f"{t} {k}": v for (t, k), v in sorted(totals.items())},
                                   "pages": found}, indent=1))
     summary = {f"{t} {k}": f"{a}/{b}" for (t, k), (a, b) in sorted(totals.items())}
+    assert totals[("all", "rows")][1] > 100, f"no table rows found in the outputs: {summary}"  # (the check ran)
     for kind, bound in BOUNDS[width].items():
         a = sum(v[0] for (t, k), v in totals.items() if k == kind)
         b = sum(v[1] for (t, k), v in totals.items() if k == kind)
@@ -487,11 +521,14 @@ def test_reading_check_finds_what_issue_24_found(page):
         <td>a long line that would wrap if the table let it wrap like a table of a step page</td></tr></table>
       <table><tr><td style="width: 60px; word-break: break-all">--gres=gpu:gh200:1</td></tr></table>
       <p style="width: 40px">Use <code style="word-break: break-all">--ntasks-per-node=1</code></p>
+      <div class="language-text highlight" style="width: 200px"><pre><code style="white-space: pre-wrap">   JOBID PARTITION     NAME     USER ST       TIME  NODES NODELIST(REASON)
+      12   gputest  01-ddp     user  R       0:01      1 node1</code></pre></div>
       </article></div>""")
     r = page.evaluate(READING_JS)
     assert r["output"][1] and r["table"][1], r
     assert any("--gres" in s for s in r["split"]), r["split"]
     assert r["overlap"] and r["clipped"], r
+    assert r["columns"] == [2, ["JOBID PARTITION     NAME     USER ST       TIME  NODES NODEL", "12   gputest  01-ddp     user  R       0:01      1 node1"]], r["columns"]
     breaks = [(b, a) for token, b, a, where in r["codebreak"] if token == "--ntasks-per-node=1"]
     assert len(breaks) >= 3 and all(bad_code_break(1280, "--ntasks-per-node=1", b, a) for b, a in breaks), r
     cases = [("s-", "p"), ("--", "n"), ("-n", "t"), ("d/", "0"), ("01", "."), ("ab", "c")]

@@ -14,7 +14,8 @@ This file only wires the pieces of tools/site_build/ into MkDocs; each concern h
 A missing file, tag, fact or empty output fails the build (mkdocs build --strict in the tests).
 Block markers may stand indented (list items, admonitions): markers.py.
 After rendering: code_blocks.py (copy buttons; code out of the search index), search.py (error
-lines of outputs indexed with their page), wrapping.py (a flag or a file name stays whole),
+lines of outputs indexed with their page), columns.py (table rows in outputs keep their
+columns), wrapping.py (a flag or a file name stays whole),
 diagrams.py, masks.py and notebook_pages.py (notebook pages). After the build: repository.py
 (site/files/ and the .zip) and notebook_css.py (mkdocs-jupyter's CSS in shared files).
 """
@@ -22,6 +23,7 @@ from pathlib import Path
 
 from site_build.account import ACCOUNT, account
 from site_build.code_blocks import CODE_BLOCK, code_block
+from site_build.columns import in_notebook_outputs
 from site_build.diagrams import DIAGRAM, diagram
 from site_build.facts import FACT, facts
 from site_build.gpu_status import GPU_STATUS, gpu_status
@@ -75,7 +77,7 @@ def on_page_content(content, page, config, files):
         if title:
             page.title = title
         page.meta = {**(page.meta or {}), "search": {"exclude": True}}
-        return NOTEBOOK_OUTPUT.sub(note_masks, wrap_between_words(content))
+        return NOTEBOOK_OUTPUT.sub(note_masks, in_notebook_outputs(wrap_between_words(content)))
     return wrap_between_words(content)
 
 

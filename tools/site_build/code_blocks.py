@@ -4,6 +4,7 @@ copies the commands, without the prompt and without the output; outputs wrap bet
 import html
 import re
 
+from .columns import in_code
 from .search import error_lines, error_section
 from .wrapping import keep_whole
 
@@ -30,5 +31,5 @@ def code_block(m, seen):
     found = ""
     if "language-text" in cls:  # an output: it wraps at spaces (reading.css), never inside a token
         found = error_section(error_lines(pre), seen)  # (in source code 'error' is code)
-        pre = keep_whole(pre)
+        pre = in_code(keep_whole(pre))  # table rows keep their columns (columns.py)
     return f'{found}<div class="{cls}"{extra}>{pre}</div>'
