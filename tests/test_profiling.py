@@ -6,6 +6,7 @@ import base64
 import importlib
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -113,8 +114,15 @@ def test_a_sweep_larger_than_the_partition(cluster, tmp_path):
 @pytest.mark.parametrize("name", ["14-timeline-default.png", "14-timeline-small-buckets.png", "14-timeline-no-sync.png",
                                   "14-steps.png", "14-scaling.png", "14-reference.png"])
 def test_the_committed_figures_are_the_notebooks(name):
-    """docs/14-*.png are the images the executed notebook shows, byte for byte."""
+    """docs/14-*.png are the images the executed notebook shows, byte for byte: each image output is
+    followed by the line that names its file."""
     nb = json.loads((ROOT / "notebooks" / "14-profiling.ipynb").read_text())
-    shown = [base64.b64decode(o["data"]["image/png"]) for c in nb["cells"] if c["cell_type"] == "code"
-             for o in c.get("outputs", []) if "image/png" in o.get("data", {})]
-    assert (ROOT / "docs" / name).read_bytes() in shown, f"docs/{name} is not an image the notebook shows"
+    shown = {}
+    for cell in (c for c in nb["cells"] if c["cell_type"] == "code"):
+        outs = cell.get("outputs", [])
+        for image, after in zip(outs, outs[1:]):
+            if "image/png" in image.get("data", {}):
+                for named in re.findall(r"docs/(14-[\w-]+\.png)", "".join(after.get("text", ""))):
+                    shown[named] = base64.b64decode(image["data"]["image/png"])
+    assert name in shown, f"the notebook shows no image followed by docs/{name}"
+    assert (ROOT / "docs" / name).read_bytes() == shown[name], f"docs/{name} is not the image the notebook shows"
