@@ -7,6 +7,7 @@ pinned CPU path. Their stored outputs are what nbval then compares.
 The practice cluster must be running (make cluster-start).
 """
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -28,15 +29,19 @@ def main(paths):
     os.environ.update(local_slurm.env())
     os.environ.update(jobs.pinned_cpu_path())
     os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
+    os.environ.setdefault("PYTEST_XDIST_WORKER", f"exec-{os.getpid()}")  # a copy of its own (conftest.user_copy)
     for path in map(lambda p: Path(p).resolve(), paths):
         as_user = os.geteuid() == 0 and path not in conftest.AS_ROOT
-        if as_user:
-            conftest.user_copy()
+        copy = conftest.user_copy() if as_user else ROOT
         nb = nbformat.read(path, as_version=4)
-        start = time.monotonic()
+        start, began = time.monotonic(), time.time()
         NotebookClient(nb, timeout=600, kernel_name=conftest.KERNEL if as_user else "python3",
                        resources={"metadata": {"path": str(path.parent)}}).execute()
         nbformat.write(nb, path)
+        for figure in (copy / "docs").glob("*.png") if copy != ROOT else ():  # the figures it drew
+            if figure.stat().st_mtime >= began:
+                shutil.copyfile(figure, ROOT / "docs" / figure.name)
+                print(f"docs/{figure.name}: drawn again", flush=True)
         print(f"{path.relative_to(ROOT)}: executed {'as ' + local_slurm.CLUSTER_USER if as_user else 'as root'}"
               f" in {time.monotonic() - start:.0f} s", flush=True)
 
@@ -46,5 +51,4 @@ if __name__ == "__main__":
         main(sys.argv[1:])
     finally:
         if conftest._user_copy is not None:
-            import shutil
             shutil.rmtree(conftest._user_copy, ignore_errors=True)
