@@ -142,9 +142,10 @@ def site_dir(tmp_path_factory):
     """The site, built once per test run with `mkdocs build --strict` (warnings are errors): the
     first of the xdist workers that needs it builds it, the others wait for it and read it."""
     import filelock
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")  # set by xdist in each worker, the same for all
     shared = tmp_path_factory.getbasetemp()  # this run's; under xdist, its folder holds every worker's
-    shared = shared.parent if os.environ.get("PYTEST_XDIST_WORKER") else shared
-    out, done = shared / "site", shared / "site.built"
+    shared = shared.parent if run else shared
+    out, done = shared / f"site-{run or 'main'}", shared / f"site-{run or 'main'}.built"
     with filelock.FileLock(str(shared / "site.lock")):
         if not done.exists():
             _build_site(out)
