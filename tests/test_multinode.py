@@ -99,3 +99,29 @@ def test_a_rank_that_dies_at_start_up_ends_the_job(cluster, path, tmp_path):
         subprocess.run(["scancel", job], env=env)
     text = out.read_text()
     assert "r01g02: task" in text and "processes on 2 nodes" not in text, text
+
+
+# torchrun's --numa-binding needs the numactl command where torchrun runs (PyTorch 2.10 stops
+# without it: "numactl CLI is required for NUMA binding"). The scripts that bind ask torchrun's
+# own Python (the module's, or the container's) and leave the option out, with a notice, if not.
+NUMA_SCRIPTS = ["slurm/01-ddp.sbatch", "slurm/01-ddp-lumi.sbatch", "slurm/05-multinode-torchrun.sbatch",
+                "slurm/05-multinode-torchrun-lumi.sbatch"]
+
+
+@pytest.mark.parametrize("path", NUMA_SCRIPTS)
+def test_numa_binding_only_where_torchrun_finds_numactl(path, tmp_path):
+    text = (ROOT / path).read_text()
+    guard = text[text.index("numa=()\n"):text.index("\nfi\n") + 4]
+    assert '"${numa[@]}"' in text and "--numa-binding=exclusive \\" not in text, path
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "numactl").write_text("#!/bin/sh\n")
+    (fake / "numactl").chmod(0o755)
+    # The LUMI files ask inside the container: the practice cluster's stand-in runs the command as is.
+    script = f'singularity() {{ shift 2; "$@"; }}\n{guard}echo "numa: ${{numa[*]}}"\n'
+    for extra, expected in [([], "numa:"), ([str(fake)], "numa: --numa-binding=exclusive")]:
+        path_var = os.pathsep.join([*extra, str(Path(sys.executable).parent), "/usr/bin", "/bin"])
+        r = subprocess.run(["bash", "-c", script], env={"PATH": path_var}, capture_output=True, text=True,
+                           timeout=60)
+        assert r.stdout.strip() == expected, (path, extra, r.stdout, r.stderr)
+        assert ("numactl not found: no --numa-binding" in r.stderr) == (not extra), r.stderr
