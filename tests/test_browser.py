@@ -619,7 +619,11 @@ def search(page, base_url, query):
 # Real error messages the pages show (each in an executed output), and the step that teaches it.
 ERRORS = [("RendezvousTimeoutError", "05-multinode/"), ("DistNetworkError", "05-multinode/"),
           ("SIGUSR1", "09-reliability/"), ("LOCAL_RANK is not set", "01-ddp/"),
-          ("Detected mismatch between collectives", "11-debugging/")]
+          ("Detected mismatch between collectives", "11-debugging/"),
+          # what jobs print (issue 40, item 7): sacct's line and slurmd's message of a job that
+          # could not open its output; a PROBLEM line of the drop-in check, printed by a notebook
+          ("FAILED 0:53", "troubleshooting/"), ("Could not open stdout", "troubleshooting/"),
+          ("PROBLEM global batch 192", "your-own-script/"), ("CUDA out of memory", "troubleshooting/")]
 
 
 @pytest.mark.parametrize("query, step", ERRORS)

@@ -468,3 +468,35 @@ def test_file_names_and_flags_stay_whole():
     assert "<wbr>" not in flag and flag.count('class="brk"') == 2, flag  # --ntasks-|per-|node=1 on a phone only
     assert path.count("<wbr>") == 1 and "<wbr><span class=\"nobr\">05-" in path, path
     assert inline_code("<pre><code>--ntasks-per-node=1 --account=project_2001234</code></pre>").count("tok") == 0
+
+
+def test_every_step_page_links_its_notebook():
+    """A reader finds the notebook that runs the page's commands from the page (issue 41: step 3
+    had no link)."""
+    pages = sorted((ROOT / "docs").glob("[0-9][0-9]-*.md")) + [ROOT / "docs" / f"{p}.md" for p in ("your-own-script", "take-home")]
+    missing = [p.name for p in pages if (ROOT / "notebooks" / f"{p.stem}.ipynb").exists()
+               and f"](notebooks/{p.stem}.ipynb" not in p.read_text()]
+    assert not missing, f"pages without a link to their notebook: {missing}"
+
+
+# Figures still without their cell's "alt" metadata (the lead's and another helper's notebooks):
+# their owners add it (outputs.py reads it); drop a page from here once they have.
+ALT_PENDING = {"10-performance", "notebooks/10-performance", "14-profiling", "notebooks/14-profiling"}
+
+
+def test_every_image_is_described(site_dir):
+    """Every image says what it shows, for a reader who cannot see it (issue 41, item 4): no
+    empty alt, no cell tag (`alt="table"`), no mkdocs-jupyter default; a chart drawn for a page
+    opens at full size with one tap."""
+    bad = []
+    for page in sorted(site_dir.rglob("*.html")):
+        name = page.parent.relative_to(site_dir).as_posix()
+        if name.startswith(("files", "assets")) or name in ALT_PENDING:
+            continue
+        for alt in re.findall(r'<img\b[^>]*?\balt="([^"]*)"', page.read_text()) + \
+                [""] * len(re.findall(r"<img\b(?![^>]*\balt=)[^>]*>", page.read_text())):
+            if len(alt) < 40 or alt.startswith("No description"):
+                bad.append((name, alt[:60]))
+    assert not bad, f"images without a description: {bad}"
+    built = (site_dir / "03-lr-scaling" / "index.html").read_text()
+    assert re.search(r'<a class="chart" href="\.\./03-lr-scaling-seeds\.png"[^>]*><img ', built)

@@ -24,15 +24,16 @@ from pathlib import Path
 from site_build.account import ACCOUNT, account
 from site_build.code_blocks import CODE_BLOCK, code_block
 from site_build.columns import in_notebook_outputs
-from site_build.diagrams import DIAGRAM, diagram
+from site_build.diagrams import CHART, DIAGRAM, chart, diagram
 from site_build.facts import FACT, facts
 from site_build.gpu_status import GPU_STATUS, gpu_status
 from site_build.markers import expand
 from site_build.masks import NOTEBOOK_OUTPUT, masked_note, note_masks
 from site_build.notebook_css import share_notebook_css
-from site_build.notebook_pages import CELL_TAGS, notebook_toc
+from site_build.notebook_pages import CELL_TAGS, describe_images, notebook_toc
 from site_build.outputs import DIRECTIVE, diff, output
 from site_build.repository import ARCHIVE, REPOSITORY, copy_files, repository_files, repository_page, write_archive
+from site_build.search import notebook_errors
 from site_build.wrapping import wrap_between_words
 
 # what the tests import from here, besides the hooks
@@ -68,17 +69,18 @@ def on_page_markdown(markdown, page, config, files):
 
 
 def on_page_content(content, page, config, files):
-    content = DIAGRAM.sub(diagram, content)
+    content = CHART.sub(chart, DIAGRAM.sub(diagram, content))
     seen = set()  # error lines indexed on this page
     content = CODE_BLOCK.sub(lambda m: code_block(m, seen), content)
     if page.file.src_uri.endswith(".ipynb"):  # a notebook page: the search opens its step's page
-        content = CELL_TAGS.sub("", content)
+        content = describe_images(CELL_TAGS.sub("", content), Path(page.file.abs_src_path))
         title, page.toc = notebook_toc(content)
         if title:
             page.title = title
         page.meta = {**(page.meta or {}), "search": {"exclude": True}}
         return NOTEBOOK_OUTPUT.sub(note_masks, in_notebook_outputs(wrap_between_words(content)))
-    return wrap_between_words(content)
+    root = Path(config.config_file_path).parent
+    return wrap_between_words(content) + notebook_errors(root, page.file.src_path, seen)
 
 
 def on_post_build(config):

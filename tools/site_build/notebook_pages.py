@@ -1,10 +1,26 @@
 """Notebook pages lose their cell-tag chips and get a table of contents and a title built from
 their rendered headings (Markdown's own left out headings in `code`)."""
 import html
+import json
 import re
 from html.parser import HTMLParser
 
 from mkdocs.structure.toc import get_toc
+
+from .outputs import image_alts
+
+DEFAULT_ALT = 'alt="No description has been provided for this image"'  # mkdocs-jupyter's
+
+
+def describe_images(content, notebook):
+    """The notebook's figures keep the description their cell gives (metadata "alt", outputs.py),
+    in the order the page shows them; a figure without one keeps mkdocs-jupyter's default."""
+    alts = [a for c in json.loads(notebook.read_text())["cells"] for a in
+            (image_alts(c) + [None] * 99)[:sum("image/png" in o.get("data", {}) for o in c.get("outputs", []))]]
+    parts = content.split(DEFAULT_ALT)
+    return parts[0] + "".join((f'alt="{html.escape(a)}"' if a else DEFAULT_ALT) + p
+                              for a, p in zip(alts + [None] * len(parts), parts[1:]))
+
 
 CELL_TAGS = re.compile(r'<div class="celltoolbar">\s*<div class="button_container tags_button_container">'
                        r'.*?</div>\s*</div>\s*', re.S)

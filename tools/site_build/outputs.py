@@ -2,6 +2,7 @@
 stored outputs of the notebook cell tagged TAG (nbval checks they are what the code prints today),
 after a one-line note when they show placeholders (masks.py)."""
 import difflib
+import html
 import json
 import re
 
@@ -17,12 +18,19 @@ def diff(root, a, b):
     return "```diff\n" + "\n".join(lines) + "\n```"
 
 
+def image_alts(cell):
+    """What the cell's figures show, for a reader who cannot see them: the cell's metadata "alt",
+    one text, or a list of texts in the order of the figures (a fresh list on each call)."""
+    alt = cell.get("metadata", {}).get("alt", [])
+    return [alt] if isinstance(alt, str) else list(alt)
+
+
 def output(root, notebook, tag):
     cells = [c for c in json.loads((root / notebook).read_text())["cells"]
              if tag in c.get("metadata", {}).get("tags", [])]
     if len(cells) != 1:
         raise ValueError(f"{notebook}: expected one cell tagged {tag!r}, found {len(cells)}")
-    parts, stream = [], ""
+    parts, stream, alts = [], "", image_alts(cells[0])
     for out in cells[0].get("outputs", []) + [{}]:  # {}: the end, which flushes the last text
         data = out.get("data", {})
         if out.get("output_type") == "stream":  # consecutive pieces of text are one block, as nbval
@@ -32,8 +40,9 @@ def output(root, notebook, tag):
         if stream.strip():
             parts.append("```text\n" + stream.strip("\n").rstrip() + "\n```")
         stream = ""
-        if "image/png" in data:  # a computed figure, embedded as it was drawn
-            parts.append(f'<img alt="{tag}" src="data:image/png;base64,{data["image/png"].strip()}">')
+        if "image/png" in data:  # a computed figure, embedded as it was drawn, described by the cell
+            alt = html.escape(alts.pop(0) if alts else tag)
+            parts.append(f'<img alt="{alt}" src="data:image/png;base64,{data["image/png"].strip()}">')
         elif "text/markdown" in data:
             parts.append("".join(data["text/markdown"]))
         elif "text/plain" in data:

@@ -5,10 +5,12 @@ result opens the page at the error. The section is invisible (class search-only,
 block shows the same lines); code itself stays out of the index (code_blocks.py)."""
 import hashlib
 import html
+import json
 import re
+from pathlib import Path
 
 ERROR_LINE = re.compile(r"error|exception|\bSIG[A-Z]+\d?\b|invalid|refused|denied|timed out|"
-                        r"not set|mutually exclusive|failed|abort", re.I)
+                        r"not set|mutually exclusive|failed|abort|(?-i:\bPROBLEM\b)", re.I)
 
 
 def error_lines(pre, most=8):
@@ -31,3 +33,15 @@ def error_section(lines, seen):
     esc = [html.escape(line, quote=False) for line in lines]
     return (f'<div class="search-only" aria-hidden="true"><h6 id="{anchor}">{esc[0]}</h6>'
             + "\n".join(esc[1:]) + "</div>")  # (plain text: no paragraph of the page)
+
+
+def notebook_errors(root, page_src, seen):
+    """The step's notebook (notebooks/<page>.ipynb) is out of the index (a search opens the step's
+    page): the error and PROBLEM lines its executed cells print, and the page does not show, are
+    indexed on the page instead, as one invisible section at its end (issue 40, item 7)."""
+    notebook = Path(root) / "notebooks" / (Path(page_src).stem + ".ipynb")
+    if not notebook.exists():
+        return ""
+    text = "\n".join("".join(o.get("text", "")) + "".join(o.get("data", {}).get("text/plain", ""))
+                     for c in json.loads(notebook.read_text())["cells"] for o in c.get("outputs", []))
+    return error_section(error_lines(html.escape(text), most=40), seen)
