@@ -52,6 +52,15 @@ EXPECTED = {
         r"^16 processes, mesh \(dp 2, tp 8\), backend gloo, device cpu, batch 96 = 2 x 48, data over dp$",
         r"^step 7 loss 1\.5127\d\d, one process 1\.5127\d\d$",
         r"^each TP group read one batch: True; the weights TP does not split stayed equal in the group: True$"],
+    # Step 14 on LUMI (notebooks/14-profiling.ipynb submits the Roihu files): the traces of the
+    # three variants, and one point of the scaling sweep alone (no GPU there: tiny sizes).
+    "slurm/14-profiling-lumi.sbatch": [
+        r"^2 processes, backend gloo, device cpu$",
+        r"^no-sync: bucket_cap_mb default, 4 micro-batch\(es\) per step, 3 steps traced: no-sync/rank0\.\.1\.json$"],
+    "slurm/14-scaling-lumi.sbatch": [
+        r"^no GPU visible: tiny sizes",
+        r"^4 processes on 1 node\(s\), backend gloo, device cpu: strong \(global batch 48\) and weak \(48 per process\), "
+        r"5 steps each$"],
     "slurm/06-deepspeed-lumi.sbatch": [
         r"^8 processes, backend \w+, device \w+, ZeRO stage 2, batch 96 = 8 x 12 x 1 accumulation steps$",
         rf"^epoch 0 loss {L[0]}$", rf"^epoch 1 loss {L[1]}$", r"^optimizer state per rank: (7,272, ){7}7,272 bytes$"],
