@@ -22,22 +22,25 @@ for folder in ("runs", "logs"):  # weights; jobs' output, also where a cell's ow
 
 
 # --8<-- [start:pinned]
-# The CPU's numeric path, the same on every x86-64 machine with AVX2, Intel or AMD (issue 35):
-# PyTorch's own kernels as compiled for AVX2 (not AVX-512 where the CPU has it), oneDNN's
-# convolutions capped at AVX2, MKL's matrix products on its reproducible branch, one thread
-# per process (the order of a sum split over threads changes its last bits). The tutorial's
-# local runs and practice-cluster jobs use it, so a login node prints the pages' digits. It
-# cannot reach aarch64 (Roihu's GH200 nodes) or GPUs: they print other last digits.
+# The CPU's numeric path, the same on every x86-64 machine with AVX2,
+# Intel or AMD (issue 35): PyTorch's kernels as compiled for AVX2 (not
+# AVX-512 where the CPU has it), oneDNN's convolutions capped at AVX2,
+# MKL's matrix products on its reproducible branch, one thread per
+# process (a sum split over threads changes its last bits). Local runs
+# and practice-cluster jobs use it, so a login node prints the pages'
+# digits. It cannot reach aarch64 (Roihu's GH200 nodes) or GPUs.
 PINNED_CPU_PATH = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2",
                    "MKL_CBWR": "COMPATIBLE", "OMP_NUM_THREADS": "1"}
-# Local runs use the CPU even where the session has a GPU (Roihu's web Jupyter on gputest):
-# two processes on one GPU would pick nccl and stop (issue 37).
-CPU_ONLY = {"CUDA_VISIBLE_DEVICES": "", "HIP_VISIBLE_DEVICES": "", "ROCR_VISIBLE_DEVICES": ""}
+# Local runs use the CPU even where the session has a GPU (Roihu's web
+# Jupyter on gputest): two processes on one GPU would pick nccl and stop.
+CPU_ONLY = {"CUDA_VISIBLE_DEVICES": "", "HIP_VISIBLE_DEVICES": "",
+            "ROCR_VISIBLE_DEVICES": ""}
 
 
 def pinned_cpu_path():
-    """PINNED_CPU_PATH on x86-64; nothing elsewhere (the variables mean nothing there)."""
-    return dict(PINNED_CPU_PATH) if platform.machine() in ("x86_64", "AMD64") else {}
+    """PINNED_CPU_PATH on x86-64; nothing elsewhere (meaningless there)."""
+    x86 = platform.machine() in ("x86_64", "AMD64")
+    return dict(PINNED_CPU_PATH) if x86 else {}
 # --8<-- [end:pinned]
 
 
