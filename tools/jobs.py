@@ -29,8 +29,10 @@ for folder in ("runs", "logs"):  # weights; jobs' output, also where a cell's ow
 # process (a sum split over threads changes its last bits). Local runs
 # and practice-cluster jobs use it, so a login node prints the pages'
 # digits. It cannot reach aarch64 (Roihu's GH200 nodes) or GPUs.
-PINNED_CPU_PATH = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2",
-                   "MKL_CBWR": "COMPATIBLE", "OMP_NUM_THREADS": "1"}
+PINNED_CPU_PATH = {"ATEN_CPU_CAPABILITY": "avx2",
+                   "ONEDNN_MAX_CPU_ISA": "AVX2",
+                   "MKL_CBWR": "COMPATIBLE",
+                   "OMP_NUM_THREADS": "1"}
 # Local runs use the CPU even where the session has a GPU (Roihu's web
 # Jupyter on gputest): two processes on one GPU would pick nccl and stop.
 CPU_ONLY = {"CUDA_VISIBLE_DEVICES": "", "HIP_VISIBLE_DEVICES": "",
