@@ -82,7 +82,7 @@ def main():
     (ROOT / "benchmarks" / "cpu-paths.json").write_text(json.dumps(info, indent=1) + "\n")
     head = ["CPU path"] + list(RUNS)
     md = [f"Measured on {info['cpu']} ({info['capability']}), torch {info['torch']}, "
-          "by `benchmarks/cpu_paths.py`. Each cell compares with the pinned path: the printed losses and "
+          "by benchmarks/cpu_paths.py. Each cell compares with the pinned path: the printed losses and "
           "accuracy (steps 1 and 3), the weights' SHA-256 (step 9), max |Δparam| between DDP and one "
           "process after 135 steps (step 2).", "",
           "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
