@@ -307,7 +307,9 @@ def test_a_start_up_failure_after_a_requeue_ends_the_job(cluster, template_job, 
         pids = []
         for proc in Path("/proc").glob("[0-9]*"):
             try:
-                if checkpoint in (proc / "cmdline").read_bytes():
+                cmdline = (proc / "cmdline").read_bytes()
+                # the ranks only: srun's own command line holds the same arguments
+                if checkpoint in cmdline and not cmdline.split(b"\0")[0].endswith(b"srun"):
                     pids.append(int(proc.name))
             except OSError:
                 continue
