@@ -95,6 +95,13 @@ def user_copy():
     return _user_copy
 
 
+def stored_output(notebook, tag):
+    """The text the notebook stored for its cell tagged `tag` (what nbval compares)."""
+    nb = json.loads((ROOT / "notebooks" / notebook).read_text())
+    cell = next(c for c in nb["cells"] if tag in c.get("metadata", {}).get("tags", []))
+    return "".join("".join(o.get("text", "")) for o in cell["outputs"] if o.get("output_type") == "stream")
+
+
 def submit_as_cluster_user(path, *options, timeout=900):
     """tools/jobs.py's submit(path, *options), run as the cluster user from their copy of the
     repository; returns what it printed (the job's output after a line on how it ended). Not

@@ -18,6 +18,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
 import jobs  # noqa: E402
+from conftest import stored_output  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not jobs.pinned_cpu_path(), reason="the pinned path is x86-64's")
 
@@ -27,16 +28,9 @@ OTHER_CPU = {"ATEN_CPU_CAPABILITY": "default", "ONEDNN_MAX_CPU_ISA": "SSE41",
              "MKL_ENABLE_INSTRUCTIONS": "SSE4_2", "MKL_CBWR": "AUTO", "OMP_NUM_THREADS": "2"}
 
 
-def stored(notebook, tag):
-    """The stored stream output of the notebook's cell with this tag."""
-    nb = json.loads((ROOT / "notebooks" / notebook).read_text())
-    cell = next(c for c in nb["cells"] if tag in c.get("metadata", {}).get("tags", []))
-    return "".join("".join(o.get("text", "")) for o in cell["outputs"] if o.get("output_type") == "stream")
-
-
 def stored_run(notebook, tag, command):
     """What run(command) printed in that cell: from its '$ command' line to the next '$ ' line."""
-    text = stored(notebook, tag)
+    text = stored_output(notebook, tag)
     start = text.index(f"$ {command}\n")
     end = text.find("\n$ ", start + 1)
     return text[start + len(command) + 3: None if end < 0 else end + 1]

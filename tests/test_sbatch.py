@@ -4,21 +4,17 @@ cluster's ordinary user, from that user's copy of the repository (conftest.py), 
 EXPECTED maps a file to regular expressions its job output must match. Files a notebook
 submits are checked there (nbval compares the job's output), see test_site.py.
 """
-import json
 import re
-from pathlib import Path
 
 import pytest
 
-from conftest import submit_as_cluster_user
+from conftest import stored_output, submit_as_cluster_user
 
 
 def _stored_losses():
     """The epoch losses that notebooks/01-ddp.ipynb stored for code/01_single.py (one source of
     truth: the jobs below must print the same digits, on the same pinned CPU path)."""
-    nb = json.loads((Path(__file__).resolve().parent.parent / "notebooks" / "01-ddp.ipynb").read_text())
-    cell = next(c for c in nb["cells"] if "single" in c["metadata"].get("tags", []))
-    text = "".join("".join(o.get("text", "")) for o in cell["outputs"])
+    text = stored_output("01-ddp.ipynb", "single")
     return [re.escape(x) for x in re.findall(r"^epoch \d loss (\d\.\d{4})$", text, re.M)]
 
 

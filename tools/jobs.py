@@ -46,15 +46,15 @@ def pinned_cpu_path():
 # --8<-- [end:pinned]
 
 
-def _env(local=False):
+def _env(local=False, pinned=False):
     """The environment of a command: the notebook's own Python (the project's virtualenv) first
     on PATH (python, torchrun, ...). local: a run on this machine, on its CPU, with the pinned
-    numeric path; the practice cluster's jobs get the pinned path too (its nodes are this
-    machine); a real cluster's jobs get neither."""
+    numeric path; pinned: the pinned path alone (a practice-cluster job: its nodes are this
+    machine; a real cluster's jobs get neither)."""
     env = dict(os.environ)
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     env.setdefault("OMP_NUM_THREADS", "1")  # what torchrun would set; 2 processes share few cores
-    if local or _practice():
+    if local or pinned:
         env.update(pinned_cpu_path())
     if local:
         env.update(CPU_ONLY)
@@ -148,7 +148,8 @@ def _sbatch(args, wait=False):
     (ROOT / "logs").mkdir(exist_ok=True)
     cmd = ["sbatch", "--parsable", *(["--wait"] if wait else []), f"--output={ROOT}/logs/job-%j.out", *args]
     print(f"$ sbatch {' '.join(args)}")
-    r = subprocess.run(cmd, cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    r = subprocess.run(cmd, cwd=ROOT, env=_env(pinned=_practice()), stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True)
     m = re.match(r"(\d+)", r.stdout)
     if not m:
         raise RuntimeError(f"sbatch refused the job: {r.stderr.strip()}")
