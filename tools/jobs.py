@@ -113,6 +113,8 @@ def run(cmd, check=True, timeout=300, grep=None):
     if r.returncode:
         print(f"(exit code {r.returncode})")
     if check and r.returncode != 0:
+        if grep is not None:  # the filter may have hidden why: show the end of the whole output
+            print("".join(r.stdout.splitlines(keepends=True)[-40:]), end="")
         raise RuntimeError(f"command failed with exit code {r.returncode}: {cmd}")
     return r.stdout
 
