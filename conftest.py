@@ -102,6 +102,12 @@ def stored_output(notebook, tag):
     return "".join("".join(o.get("text", "")) for o in cell["outputs"] if o.get("output_type") == "stream")
 
 
+# Root's cache folders, which torch.compile in the tests' own process sets in its environment
+# (TORCHINDUCTOR_CACHE_DIR=/tmp/torchinductor_root): not passed on to the cluster user, who cannot
+# write there (the same list as tools/kernel-as-user).
+ROOTS_OWN = ["-u", "TORCHINDUCTOR_CACHE_DIR", "-u", "TRITON_CACHE_DIR", "-u", "TORCH_EXTENSIONS_DIR"]
+
+
 def submit_as_cluster_user(path, *options, timeout=900):
     """tools/jobs.py's submit(path, *options), run as the cluster user from their copy of the
     repository; returns what it printed (the job's output after a line on how it ended). Not
@@ -112,7 +118,7 @@ def submit_as_cluster_user(path, *options, timeout=900):
     user, copy = local_slurm.CLUSTER_USER, user_copy()
     home = subprocess.run(["getent", "passwd", user], capture_output=True, text=True).stdout.split(":")[5]
     code = "import sys; sys.path.insert(0, 'tools'); from jobs import submit; submit(*sys.argv[1:])"
-    r = subprocess.run(["setpriv", f"--reuid={user}", f"--regid={user}", "--init-groups", "env", f"HOME={home}",
+    r = subprocess.run(["setpriv", f"--reuid={user}", f"--regid={user}", "--init-groups", "env", *ROOTS_OWN, f"HOME={home}",
                         f"USER={user}", f"LOGNAME={user}", sys.executable, "-c", code, path, *options],
                        cwd=copy, capture_output=True, text=True, timeout=timeout)
     assert r.returncode == 0, f"{path} as {user}: exit code {r.returncode}\n{r.stdout[-3000:]}{r.stderr[-3000:]}"

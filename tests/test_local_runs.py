@@ -31,3 +31,39 @@ def test_the_first_line_says_whether_the_path_is_pinned(monkeypatch):
     monkeypatch.setattr(jobs.platform, "machine", lambda: "x86_64")
     assert jobs.pinned_cpu_path()["ATEN_CPU_CAPABILITY"] == "avx2"
     assert "numeric path pinned" in jobs.where_local_runs_go()
+
+
+def test_the_cluster_user_gets_none_of_roots_cache_folders(monkeypatch):
+    """torch.compile in the tests' own (root) process sets TORCHINDUCTOR_CACHE_DIR to root's folder;
+    a notebook kernel or a job of the cluster user that inherited it could not compile (CI: step
+    12's compiled runs failed after another test compiled). tools/kernel-as-user and
+    conftest.submit_as_cluster_user leave these variables out."""
+    import os
+    import shutil
+    import subprocess
+    import tempfile
+
+    import pytest
+
+    import conftest
+    import local_slurm
+    if os.geteuid() != 0:
+        pytest.skip("needs root to act as the cluster user")
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/tmp/torchinductor_root")
+    conftest.reachable_python()  # o+x on the folders above the repository
+    (ROOT / "runs").mkdir(exist_ok=True)
+    (ROOT / "runs").chmod((ROOT / "runs").stat().st_mode | 0o011)
+    tmp_path = Path(tempfile.mkdtemp(dir=ROOT / "runs"))  # (not /tmp/pytest-of-root: root's only)
+    tmp_path.chmod(0o755)
+    # A stand-in "python" that prints what the kernel would get, started as kernel-as-user starts one.
+    fake = tmp_path / "python"
+    fake.write_text("#!/bin/sh\necho \"user=$(id -un) cache=${TORCHINDUCTOR_CACHE_DIR:-unset}\"\n")
+    fake.chmod(0o755)
+    (tmp_path / "copy").mkdir()
+    connection = tmp_path / "connection.json"
+    connection.write_text("{}")
+    r = subprocess.run([str(ROOT / "tools" / "kernel-as-user"), local_slurm.CLUSTER_USER, str(tmp_path / "copy"),
+                        str(tmp_path), str(fake), str(connection)], cwd=tmp_path, capture_output=True, text=True)
+    shutil.rmtree(tmp_path)
+    assert r.stdout == f"user={local_slurm.CLUSTER_USER} cache=unset\n", (r.stdout, r.stderr)
+    assert conftest.ROOTS_OWN[1::2] == ["TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TORCH_EXTENSIONS_DIR"]
