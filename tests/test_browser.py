@@ -72,10 +72,15 @@ def page(browser):
     ctx.close()
 
 
+PAGE_LABELS = """els => els.filter(a => !a.getAttribute("href").startsWith("#"))  // (not a page's own contents)
+  .map(a => a.textContent.trim())"""
+
+
 def test_steps_in_order_in_navigation(page, base_url):
+    """The navigation's pages, across its collapsible parts, hold the numbered steps in order."""
     page.goto(base_url)
-    labels = [t.strip() for t in page.locator("nav.md-nav--primary > ul > li > :is(a, label, div)").all_inner_texts()]
-    steps = [int(m.group(1)) for t in labels if (m := re.match(r"(\d+)\.", t))]
+    labels = page.locator("nav.md-nav--primary a.md-nav__link").evaluate_all(PAGE_LABELS)
+    steps = [int(m.group(1)) for t in labels if (m := re.match(r"(\d+)\. ", t))]
     assert steps and steps == sorted(steps) and steps[0] == 1, labels
     on_disk = sorted({int(p.name[:2]) for p in (ROOT / "docs").glob("[0-9][0-9]-*.md")  # numbered
                       if re.match(r"# \d+\. ", p.read_text())})  # (not "Data for many ranks")
@@ -88,13 +93,30 @@ def test_navigation_reads_in_order_with_short_labels(page, base_url, name):
     at 1280 px (issue 24: Next from Home led into the clusters reference; labels took 3 lines)."""
     page.set_viewport_size({"width": 1280, "height": 900})
     page.goto(base_url + f"{name}/")
-    labels = [t.strip() for t in page.locator("nav.md-nav--primary > ul > li > :is(a, label, div)").all_inner_texts()]
+    labels = page.locator("nav.md-nav--primary a.md-nav__link").evaluate_all(PAGE_LABELS)
     assert labels[0] == "Home" and labels[1].startswith("1. "), labels[:3]
     lines = page.locator("nav.md-nav--primary .md-nav__link .md-ellipsis").evaluate_all("""els => els
       .filter(e => e.getBoundingClientRect().height > 0)
       .map(e => [e.textContent.trim(), Math.round(e.getBoundingClientRect().height / parseFloat(getComputedStyle(e).lineHeight))])""")
     long = [(t, n) for t, n in lines if n > 2]
     assert not long, f"{name}: navigation labels on more than two lines: {long}"
+
+
+# a page of each part of the navigation, and the part with the most entries open on a notebook page
+@pytest.mark.parametrize("name", ["index", "01-ddp", "05-multinode", "notebooks/13-data", "07-lightning",
+                                  "10-performance", "14-profiling", "troubleshooting"])
+def test_navigation_fits_a_laptop_screen(page, base_url, name):
+    """At 1280x800 the sidebar shows the whole navigation of the page without scrolling: the parts
+    collapse, only the page's own is open (issue 41: 25 entries took 999 px of a 674 px sidebar)."""
+    page.set_viewport_size({"width": 1280, "height": 800})
+    page.goto(base_url + url_of(name))
+    wrap = page.locator(".md-sidebar--primary .md-sidebar__scrollwrap")
+    height, scroll = wrap.evaluate("e => [e.clientHeight, e.scrollHeight]")
+    assert scroll <= height, f"{name}: navigation {scroll} px tall in a {height} px sidebar"
+    bottom = page.locator("nav.md-nav--primary > ul").evaluate("e => e.getBoundingClientRect().bottom")
+    assert bottom <= 800, f"{name}: navigation ends at {bottom} px, below the 800 px screen"
+    parts = page.locator("nav.md-nav--primary > ul > li").count()
+    assert parts <= 8, f"{parts} top-level entries"
 
 
 def test_content_tabs_switch(page, base_url):

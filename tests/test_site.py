@@ -335,21 +335,50 @@ def test_titles_and_sidebar_labels_agree(site_dir):
     def url_of(src):
         return src[:-3 if src.endswith(".md") else -6] + "/"
 
-    for entry in config["nav"]:
-        (label, value), = entry.items() if isinstance(entry, dict) else [(None, entry)]
-        if isinstance(value, list):  # a section: its label is its first page's heading
-            first = value[0] if isinstance(value[0], str) else next(iter(value[0].values()))
-            if label != first_heading.get(url_of(first)):
-                wrong.append(f"section {label!r} holds {first_heading.get(url_of(first))!r}")
-            wrong += [f"{label}: {e} has its own label" for e in value if isinstance(e, dict)]
-        elif label and value != "index.md":
-            wrong.append(f"{value}: labelled {label!r} in mkdocs.yml")
+    def check(entries, part=None):
+        for entry in entries:
+            (label, value), = entry.items() if isinstance(entry, dict) else [(None, entry)]
+            if isinstance(value, list) and part is None and any(isinstance(e, dict) for e in value):
+                check(value, part=label)  # a part of the navigation (it collapses): named freely
+            elif isinstance(value, list):  # a step's section: its label is its first page's heading
+                first = value[0] if isinstance(value[0], str) else next(iter(value[0].values()))
+                if label != first_heading.get(url_of(first)):
+                    wrong.append(f"section {label!r} holds {first_heading.get(url_of(first))!r}")
+                wrong.extend(f"{label}: {e} has its own label" for e in value if isinstance(e, dict))
+            elif label and value != "index.md":
+                wrong.append(f"{value}: labelled {label!r} in mkdocs.yml")
+
+    check(config["nav"])
     for href, text in pages[""].links:
         target = urlparse(urljoin("/", href))
         target = target.path.strip("/") + "/" if not target.fragment else None
         if target and re.match(r"\d\d-", target) and text != first_heading.get(target):
             wrong.append(f"Home links {target} as {text!r}, its heading is {first_heading.get(target)!r}")
     assert not wrong, wrong
+
+
+def test_next_links_walk_the_steps_in_order(site_dir):
+    """The footer's Next link, followed from Home, visits every page of the navigation once, the
+    numbered steps in order (the navigation's parts do not reorder them)."""
+    import yaml
+    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text())
+
+    def sources(entries):
+        for entry in entries:
+            value = next(iter(entry.values())) if isinstance(entry, dict) else entry
+            yield from sources(value) if isinstance(value, list) else [value]
+
+    in_nav = ["" if s == "index.md" else s.rsplit(".", 1)[0] + "/" for s in sources(config["nav"])]
+    url, seen = "", []
+    while url is not None and url not in seen:
+        seen.append(url)
+        html = (site_dir / url / "index.html").read_text()
+        nxt = re.search(r'<a[^>]*href="([^"]*)"[^>]*class="md-footer__link md-footer__link--next"', html) \
+            or re.search(r'<a[^>]*class="md-footer__link md-footer__link--next"[^>]*href="([^"]*)"', html)
+        url = urlparse(urljoin("/" + url, nxt.group(1))).path.lstrip("/") if nxt else None
+    assert seen == in_nav, f"Next walks {seen}, the navigation lists {in_nav}"
+    numbered = [int(u[:2]) for u in seen if re.match(r"\d\d-", u) and not u.startswith("13-")]  # (13: data)
+    assert numbered == sorted(numbered), f"steps by Next: {numbered}"
 
 
 def test_search_index_holds_prose_not_code(site_dir):
