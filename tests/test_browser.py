@@ -697,3 +697,31 @@ def test_dark_mode_toggle_and_contrast(page, base_url, name):
         page.set_viewport_size({"width": width, "height": 900})
         shot = ROOT / "runs" / "screenshots" / f"dark-{name.replace('/', '-')}-{width}.png"
         page.screenshot(path=str(shot), full_page=False, animations="disabled")
+
+
+CHART_LIGHTNESS = """img => new Promise(done => {
+  const c = document.createElement("canvas"), w = c.width = 64, h = c.height = 64, g = c.getContext("2d");
+  g.filter = getComputedStyle(img).filter;  // the image as the page draws it
+  g.drawImage(img, 0, 0, w, h);
+  const d = g.getImageData(0, 0, w, h).data;
+  let sum = 0;
+  for (let i = 0; i < d.length; i += 4) sum += (0.2126 * d[i] + 0.7152 * d[i + 1] + 0.0722 * d[i + 2]) / 255;
+  done([sum / (w * h), getComputedStyle(img).filter]);
+})"""
+
+
+@pytest.mark.parametrize("name, chart", [("03-lr-scaling", "a.chart img"),
+                                         ("notebooks/03-lr-scaling", ".jp-RenderedImage img")])
+def test_charts_turn_dark_in_dark_mode(page, base_url, name, chart):
+    """A chart (a white PNG) is drawn dark in the dark scheme and as it is in the light one (issue
+    41, item 4: charts stayed white in dark mode). Measured: the mean lightness of the image's
+    pixels with the filter the page gives it."""
+    page.set_viewport_size({"width": 1280, "height": 900})
+    page.goto(base_url + f"{name}/")
+    img = page.locator(chart).first
+    light, how = img.evaluate(CHART_LIGHTNESS)
+    assert light > 0.7 and how == "none", f"{name} in light mode: lightness {light:.2f}, filter {how}"
+    page.locator("form[data-md-component=palette] label:visible").first.click()
+    page.wait_for_function("document.body.dataset.mdColorScheme === 'slate'")
+    dark, how = img.evaluate(CHART_LIGHTNESS)
+    assert dark < 0.3, f"{name} in dark mode: lightness {dark:.2f} (filter {how})"
