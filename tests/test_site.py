@@ -512,7 +512,7 @@ def test_every_step_page_links_its_notebook():
 
 # Figures still without their cell's "alt" metadata (the lead's and another helper's notebooks):
 # their owners add it (outputs.py reads it); drop a page from here once they have.
-ALT_PENDING = {"10-performance", "notebooks/10-performance", "14-profiling", "notebooks/14-profiling"}
+ALT_PENDING = {"10-performance", "notebooks/10-performance"}
 
 
 def test_every_image_is_described(site_dir):
