@@ -381,6 +381,25 @@ def test_next_links_walk_the_steps_in_order(site_dir):
     assert numbered == sorted(numbered), f"steps by Next: {numbered}"
 
 
+def test_copy_buttons_copy_what_a_fresh_clone_runs(site_dir):
+    """No copy button copies a command that runs a script under runs/, which a notebook wrote and
+    neither the repository nor the download holds (issue 41, item 6: 10 such blocks): those
+    blocks have no copy button (class no-copy); the others copy their commands (data-copy)."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    from site_build.code_blocks import RUNS_SCRIPT
+    copying, without = [], []
+    for page in sorted(site_dir.rglob("*.html")):
+        name = page.parent.relative_to(site_dir).as_posix()
+        for cls, attrs in re.findall(r'<div class="([^"]*\bhighlight\b[^"]*)"([^>]*)>', page.read_text()):
+            copied = unescape(m.group(1)) if (m := re.search(r'data-copy="([^"]*)"', attrs)) else ""
+            if "no-copy" in cls.split():
+                without.append(name)
+            elif RUNS_SCRIPT.search(copied):
+                copying.append(f"{name}: {copied[:100]!r}")
+    assert not copying, f"{len(copying)} copy buttons copy a command that runs a script under runs/: {copying}"
+    assert len(without) >= 10, without  # (the blocks of steps 5, 13, your own script, ... that do)
+
+
 def test_search_index_holds_prose_not_code(site_dir):
     """Search results show prose; a search opens the step's page, not its notebook."""
     docs = json.loads((site_dir / "search" / "search_index.json").read_text())["docs"]
