@@ -148,6 +148,14 @@ ENTRIES = [
     Entry("13_data_sync_bn", "13", [(f"{T} code/13_data.py --prepare rank0 --data-dir {{tmp}}/data --sync-bn "
                                       f"--drop-last", 0, "statistics over all ranks")],
           worlds="multi", gpu_only="nn.SyncBatchNorm refuses CPU tensors"),
+    # Step 14: the three variants' traces (on GPUs with the CUDA activity: NCCL's kernels on their
+    # own stream), the per-step table from them, and one point of the scaling benchmark.
+    Entry("14_profiling", "14", [
+        (f"{T} code/14_profiling.py --trace-dir {{tmp}}/trace", 0, "no-sync: bucket_cap_mb"),
+        *[(f"python code/14_timeline.py {{tmp}}/trace/{v}", 0, "exposed") for v in ("default", "small-buckets", "no-sync")]],
+        estimate=40),
+    Entry("14_scaling", "14", [(f"{T} code/14_scaling.py --out {{tmp}}/scaling.json", 0, r"strong \(global batch")],
+          smoke={"--out": "--batch 48 --steps 5 --out"}, estimate=40),
     Entry("take_home_resume", "take-home", [
         (f"{T} code/take_home.py --checkpoint {{tmp}}/full.pt", 0, "weights sha256"),
         (f"{T} code/take_home.py --checkpoint {{tmp}}/resume.pt --signal-at 20", "nonzero", "stopped in epoch"),
@@ -174,6 +182,8 @@ FIGURES = [  # (label, pattern): numbers the scripts print, kept with the comman
     ("max|dparam|", r"DataParallel on \d+ GPUs vs 1 GPU: max\|dparam\| (\S+)"),
     ("equivalence cases", r"^(\S+ .*(?:  equal|  DIFFERENT|not run on \w+:.*))$"),
     ("all_reduce", r"^(.* GB/s)$"),
+    # code/14_timeline.py's table: rank, step, step ms, compute, comm, overlap, exposed (one row per line)
+    ("step table", r"^( *\d+ +\d+ +\d+\.\d+ +\d+\.\d+ +\d+\.\d+ +\d+\.\d+ +\d+\.\d+)$"),
 ]
 
 
@@ -266,7 +276,9 @@ def run_one(name, e, n, smoke, python, timeout, info):  # timeout: None = the en
             figures = rec["commands"][-1]["figures"] = {}
             for label, pattern in FIGURES:
                 found = re.findall(pattern, out, re.M)
-                if found:
+                if found and label == "step table":  # one table per command: each under its command's folder
+                    figures[f"{label} {argv[-1].replace(tmp, '$TMP')}"] = found
+                elif found:
                     figures[label] = found if label in ("equivalence cases", "all_reduce") else found[-1]
             rec["figures"].update(figures)
             reason = None
