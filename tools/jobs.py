@@ -92,6 +92,10 @@ def _picks(grep):
 
 
 def _show(text, grep):
+    if callable(grep):  # a function of the whole output: it returns what to show
+        shown = grep(text)
+        print(shown + ("\n" if shown and not shown.endswith("\n") else ""), end="")
+        return
     lines = text.splitlines(keepends=True)
     print("".join(lines if grep is None else sorted({l for l in lines if _picks(grep)(l)})), end="")
 
@@ -104,8 +108,9 @@ def run(cmd, check=True, timeout=300, grep=None):
 
     grep: print only the distinct lines containing this text (or matching this compiled regular
     expression), sorted (e.g. "error:" to show why a run failed without the launcher's
-    tracebacks; ranks print in any order, so sorting keeps the shown output stable), then
-    "(exit code N)" if it failed; the whole output is still returned.
+    tracebacks; ranks print in any order, so sorting keeps the shown output stable); or, a
+    function, what it returns for the whole output. Then "(exit code N)" if it failed, after
+    what it describes. The whole output is still returned.
     """
     global _told
     if not _told:  # once per notebook: where its local runs go
