@@ -19,8 +19,8 @@ def main(report, wall, where):
     per_file, count = defaultdict(float), defaultdict(int)
     for case in ET.parse(report).getroot().iter("testcase"):
         name = case.get("file") or case.get("classname", "").replace(".", "/") + ".py"
-        if "ipynb" in case.get("classname", ""):
-            name = case.get("classname").split("::")[0]
+        if "ipynb" in case.get("classname", ""):  # "notebooks.09-reliability.ipynb": the notebook's path
+            name = case.get("classname").split("::")[0].replace("notebooks.", "notebooks/", 1)
         per_file[name] += float(case.get("time", 0))
         count[name] += 1
     rows = sorted(per_file.items(), key=lambda kv: -kv[1])
