@@ -667,8 +667,8 @@ def test_search_enter_opens_the_step_page(page, base_url, query, step):
 
 
 
-# Charts still drawn without tools/charts.py (step 10's notebook is the lead's): drop once it is.
-CHARTS_PENDING = {"10-performance", "notebooks/10-performance"}
+# Charts drawn without tools/charts.py: none left.
+CHARTS_PENDING = set()
 
 
 def test_chart_text_at_least_11_px(browser, base_url, site_dir):

@@ -529,9 +529,8 @@ def test_every_step_page_links_its_notebook():
     assert not missing, f"pages without a link to their notebook: {missing}"
 
 
-# Figures still without their cell's "alt" metadata (the lead's and another helper's notebooks):
-# their owners add it (outputs.py reads it); drop a page from here once they have.
-ALT_PENDING = {"10-performance", "notebooks/10-performance"}
+# Figures still without their cell's "alt" metadata: none left.
+ALT_PENDING = set()
 
 
 def test_every_image_is_described(site_dir):
