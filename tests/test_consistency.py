@@ -123,3 +123,28 @@ def test_each_check_fails_on_a_contradiction(monkeypatch, claim, text):
              "dataset": test_one_data_set}[claim]
     with pytest.raises(AssertionError):
         check()
+
+
+# What a run itself prints (its error, a rank's line, a traceback): a cell shows such lines before
+# "(exit code N)", never after it (issue 41: "(exit code N)" sat before the output it described).
+RUN_OUTPUT = ("error:", "stopped in epoch", "DataLoader worker", "[rank", "Traceback", "RuntimeError",
+              "ValueError", "srun: error", "torch.distributed")
+
+
+def exit_code_before_its_output(text):
+    """Lines "(exit code N)" directly followed by a line that the run itself printed."""
+    lines = text.splitlines()
+    return [f"{a} / {b[:60]}" for a, b in zip(lines, lines[1:])
+            if re.fullmatch(r"\(exit code -?\d+\)", a) and b.lstrip().startswith(RUN_OUTPUT)]
+
+
+def test_exit_code_comes_after_the_output_it_describes():
+    bad = []
+    for nb in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        for i, cell in enumerate(json.loads(nb.read_text())["cells"]):
+            text = "".join("".join(o.get("text", "")) for o in cell.get("outputs", []))
+            bad += [f"{nb.name} cell {i}: {b}" for b in exit_code_before_its_output(text)]
+    assert not bad, bad
+    # what the check finds: the old order of step 9's cells
+    assert exit_code_before_its_output("$ torchrun ...\n(exit code 1)\nerror: batch size 95 is not divisible\n")
+    assert not exit_code_before_its_output("$ torchrun ...\nerror: batch size 95\n(exit code 1)\n$ next\n")
