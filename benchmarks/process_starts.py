@@ -29,7 +29,7 @@ OUT = ROOT / "benchmarks" / "process-starts.json"
 def cpu_of(cmd, repeat=3):
     """Median CPU seconds (user + system, all child processes) and wall seconds of a command."""
     runs = []
-    env = {**jobs._env(local=True)}
+    env = jobs._env(local=True)
     for _ in range(repeat):
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.perf_counter()
@@ -41,7 +41,7 @@ def cpu_of(cmd, repeat=3):
 
 
 def measure():
-    py = f"{sys.executable}"
+    py = sys.executable
     rows = [cpu_of(f"{py} -c pass"), cpu_of(f"{py} -c 'import torch'"),
             cpu_of(f"{py} -c 'import torch, os; os._exit(0)'"),  # the same, without the interpreter's tear-down
             cpu_of(f"{py} code/01_single.py"),

@@ -86,18 +86,13 @@ def without_gloo_lines(text):
     return re.sub(r"^(?:\d+: )?(?:\[default\d+\]:)?\d*\n", "", text, flags=re.M)
 
 
-def _picks(grep):
-    """grep as a test on one line: a text it contains, or a compiled regular expression it matches."""
-    return (lambda l: grep.search(l)) if isinstance(grep, re.Pattern) else (lambda l: grep in l)
-
-
 def _show(text, grep):
     if callable(grep):  # a function of the whole output: it returns what to show
         shown = grep(text)
         print(shown + ("\n" if shown and not shown.endswith("\n") else ""), end="")
         return
     lines = text.splitlines(keepends=True)
-    print("".join(lines if grep is None else sorted({l for l in lines if _picks(grep)(l)})), end="")
+    print("".join(lines if grep is None else sorted({l for l in lines if grep in l})), end="")
 
 
 _told = False
@@ -106,10 +101,9 @@ _told = False
 def run(cmd, check=True, timeout=300, grep=None):
     """Run a shell command from the repository root; print and return its output.
 
-    grep: print only the distinct lines containing this text (or matching this compiled regular
-    expression), sorted (e.g. "error:" to show why a run failed without the launcher's
-    tracebacks; ranks print in any order, so sorting keeps the shown output stable); or, a
-    function, what it returns for the whole output. Then "(exit code N)" if it failed, after
+    grep: print only the distinct lines containing this text, sorted (e.g. "error:" to show why
+    a run failed without the launcher's tracebacks; ranks print in any order, so sorting keeps
+    the shown output stable); or, a function, what it returns for the whole output. Then "(exit code N)" if it failed, after
     what it describes. The whole output is still returned.
     """
     global _told
