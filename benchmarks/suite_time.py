@@ -4,7 +4,8 @@
     .venv/bin/python benchmarks/suite_time.py /tmp/suite.xml "17:58" "2 cores, quiet machine"
 
 Writes benchmarks/suite-time.json and benchmarks/suite-time.md: each file's summed test time
-(a notebook's cells, a test file's tests), the longest first, and the wall time given.
+(a notebook's cells, a test file's tests), the longest first, the longest single items, and the
+wall time given.
 """
 import json
 import sys
@@ -13,25 +14,32 @@ from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+TOP = 15
 
 
 def main(report, wall, where):
-    per_file, count = defaultdict(float), defaultdict(int)
+    per_file, count, items = defaultdict(float), defaultdict(int), []
     for case in ET.parse(report).getroot().iter("testcase"):
         name = case.get("file") or case.get("classname", "").replace(".", "/") + ".py"
         if "ipynb" in case.get("classname", ""):  # "notebooks.09-reliability.ipynb": the notebook's path
             name = case.get("classname").split("::")[0].replace("notebooks.", "notebooks/", 1)
         per_file[name] += float(case.get("time", 0))
         count[name] += 1
+        items.append((float(case.get("time", 0)), f"{name}::{case.get('name')}"))
+    items.sort(reverse=True)
     rows = sorted(per_file.items(), key=lambda kv: -kv[1])
     total = sum(per_file.values())
     (ROOT / "benchmarks" / "suite-time.json").write_text(json.dumps(
         {"wall": wall, "where": where, "summed_seconds": round(total), "files": {k: round(v, 1) for k, v in rows},
-         "items": dict(count)}, indent=1) + "\n")
+         "items": dict(count),
+         "longest_items": {k: round(v, 1) for v, k in items[:TOP]}}, indent=1) + "\n")
     # (the first line plain text: the site's test finds an included file by its first line)
     md = [f"make test: {wall} wall time ({where}); {total / 60:.1f} minutes of tests summed over the two "
           "workers. Per file, the longest first:", "", "| file | items | seconds |", "|---|---:|---:|"]
     md += [f"| `{k}` | {count[k]} | {v:.0f} |" for k, v in rows]
+    md += ["", f"The {TOP} longest items (a notebook's cell counts its code cells from 0):", "",
+           "| item | seconds |", "|---|---:|"]
+    md += [f"| `{k}` | {v:.0f} |" for v, k in items[:TOP]]
     (ROOT / "benchmarks" / "suite-time.md").write_text("\n".join(md) + "\n")
     print("\n".join(md))
 
