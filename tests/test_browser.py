@@ -6,6 +6,12 @@ internal links resolve, notebook pages show their stored outputs and offer the .
 download, pages read well from 1280 px down to 390 px (measured: content width, no word split
 across lines, tables that scroll instead of being clipped), the header links to the repository,
 and a search opens the step's page.
+
+Loading a page is what costs, so every page is loaded once at 1280 px and once at 390 px, and all
+the checks of that width run on that one visit (Visit, checks_at); a test asserts on what its
+check found on its page, and a check that failed raises its assertion in that page's test. The
+tests that only open pages and read them share one tab; a test that changes what the site
+remembers (dark mode, a content tab chosen) has a browser context of its own.
 """
 import functools
 import http.server
@@ -66,20 +72,106 @@ def browser():
 
 @pytest.fixture
 def page(browser):
+    """A tab in a new browser context: for a test that changes what the site remembers (the colour
+    scheme, the content tab chosen) or writes a page of its own."""
     ctx = browser.new_context()
     pg = ctx.new_page()
     yield pg
     ctx.close()
 
 
+@pytest.fixture(scope="module")
+def reader_tab(browser):
+    ctx = browser.new_context()
+    yield ctx.new_page()
+    ctx.close()
+
+
+@pytest.fixture
+def tab(reader_tab):
+    """The one tab of the tests that open pages and only read them (navigation, search), at a new
+    context's size (1280x720): a context for each costs about a second. Each test opens its page."""
+    reader_tab.set_viewport_size({"width": 1280, "height": 720})
+    return reader_tab
+
+
+# --- One visit per page and width -------------------------------------------------------------
+# Loading a page is what costs here (about 0.6 s of Chromium's CPU), so each page is loaded once
+# at 1280 px and once at 390 px, in one tab per width, and every check of that width runs on it
+# (checks_at). A test asks for the visit of its page and asserts on what a check returned; a check
+# that failed raises its own assertion there, in the test of that page. A test run alone loads
+# only the pages it asks for.
+
+class Visit:
+    """Page `name` loaded at `width`: what each check of checks_at returned, or what it raised."""
+
+    def __init__(self, tab, base_url, site_dir, name, width):
+        self.page, self.base_url, self.site_dir, self.name, self.width = tab, base_url, site_dir, name, width
+        self.returned, self.raised = {}, {}
+        try:
+            tab.goto(base_url + url_of(name))
+        except Exception as e:  # (every check fails with it)
+            self.raised = {check: e for check in checks_at(width, name)}
+            return
+        for check in checks_at(width, name):
+            try:
+                self.returned[check] = check(self)
+            except Exception as e:  # an assertion of the check, or the browser's error
+                self.raised[check] = e
+
+    def result(self, check):
+        """What `check` returned on this page; or raises what it raised (its assertion, message and all)."""
+        if check in self.raised:
+            raise self.raised[check]
+        return self.returned[check]
+
+
+@pytest.fixture(scope="module")
+def visited(browser, base_url, site_dir):
+    """visited(width, name): the Visit of page `name` at `width`, made the first time it is asked for."""
+    tabs, visits = {}, {}
+
+    def visited(width, name):
+        if (width, name) not in visits:
+            if width not in tabs:
+                tabs[width] = browser.new_page(viewport={"width": width, "height": 900})
+            visits[width, name] = Visit(tabs[width], base_url, site_dir, name, width)
+        return visits[width, name]
+
+    yield visited
+    for t in tabs.values():
+        t.close()
+    fetch.cache_clear()
+
+
+def checks_at(width, name):
+    """The checks that a visit of page `name` at `width` runs, in this order (the first measures
+    the page as it loaded; none changes it)."""
+    notebook = name.startswith("notebooks/")
+    checks = [reading]  # every page, both widths: test_nothing_important_off_screen
+    if width == 1280:
+        checks.append(chart_text)  # test_chart_text_at_least_11_px
+        if not notebook:
+            checks.append(code_blocks_snippets_and_links)  # test_page_code_blocks_snippets_and_links
+        if name in NAVIGATION_LABEL_PAGES:
+            checks.append(navigation_labels)  # test_navigation_reads_in_order_with_short_labels
+    elif notebook:
+        checks.append(notebook_outputs_and_download)  # test_notebook_page_has_outputs_and_download
+    if name in READING_WIDTH_PAGES:
+        checks.append(reading_width_and_screenshot)  # test_reading_width_and_screenshot
+    if name in DIAGRAM_PAGES:
+        checks.append(diagrams)  # test_diagrams_keep_their_size_on_a_phone
+    return checks
+
+
 PAGE_LABELS = """els => els.filter(a => !a.getAttribute("href").startsWith("#"))  // (not a page's own contents)
   .map(a => a.textContent.trim())"""
 
 
-def test_steps_in_order_in_navigation(page, base_url):
+def test_steps_in_order_in_navigation(tab, base_url):
     """The navigation's pages, across its collapsible parts, hold the numbered steps in order."""
-    page.goto(base_url)
-    labels = page.locator("nav.md-nav--primary a.md-nav__link").evaluate_all(PAGE_LABELS)
+    tab.goto(base_url)
+    labels = tab.locator("nav.md-nav--primary a.md-nav__link").evaluate_all(PAGE_LABELS)
     steps = [int(m.group(1)) for t in labels if (m := re.match(r"(\d+)\. ", t))]
     assert steps and steps == sorted(steps) and steps[0] == 1, labels
     on_disk = sorted({int(p.name[:2]) for p in (ROOT / "docs").glob("[0-9][0-9]-*.md")  # numbered
@@ -87,12 +179,18 @@ def test_steps_in_order_in_navigation(page, base_url):
     assert steps == on_disk, f"navigation {steps} vs pages {on_disk}"
 
 
-@pytest.mark.parametrize("name", ["01-ddp", "09-reliability", "12-fsdp2", "notebooks/your-own-script"])
-def test_navigation_reads_in_order_with_short_labels(page, base_url, name):
+NAVIGATION_LABEL_PAGES = ["01-ddp", "09-reliability", "12-fsdp2", "notebooks/your-own-script"]
+
+
+@pytest.mark.parametrize("name", NAVIGATION_LABEL_PAGES)
+def test_navigation_reads_in_order_with_short_labels(visited, name):
     """Step 1 comes right after Home, and no label of the navigation wraps to more than two lines
     at 1280 px (issue 24: Next from Home led into the clusters reference; labels took 3 lines)."""
-    page.set_viewport_size({"width": 1280, "height": 900})
-    page.goto(base_url + f"{name}/")
+    visited(1280, name).result(navigation_labels)
+
+
+def navigation_labels(visit):
+    page, name = visit.page, visit.name
     labels = page.locator("nav.md-nav--primary a.md-nav__link").evaluate_all(PAGE_LABELS)
     assert labels[0] == "Home" and labels[1].startswith("1. "), labels[:3]
     lines = page.locator("nav.md-nav--primary .md-nav__link .md-ellipsis").evaluate_all("""els => els
@@ -105,17 +203,17 @@ def test_navigation_reads_in_order_with_short_labels(page, base_url, name):
 # a page of each part of the navigation, and the part with the most entries open on a notebook page
 @pytest.mark.parametrize("name", ["index", "01-ddp", "05-multinode", "notebooks/13-data", "07-lightning",
                                   "10-performance", "14-profiling", "troubleshooting"])
-def test_navigation_fits_a_laptop_screen(page, base_url, name):
+def test_navigation_fits_a_laptop_screen(tab, base_url, name):
     """At 1280x800 the sidebar shows the whole navigation of the page without scrolling: the parts
     collapse, only the page's own is open (issue 41: 25 entries took 999 px of a 674 px sidebar)."""
-    page.set_viewport_size({"width": 1280, "height": 800})
-    page.goto(base_url + url_of(name))
-    wrap = page.locator(".md-sidebar--primary .md-sidebar__scrollwrap")
+    tab.set_viewport_size({"width": 1280, "height": 800})
+    tab.goto(base_url + url_of(name))
+    wrap = tab.locator(".md-sidebar--primary .md-sidebar__scrollwrap")
     height, scroll = wrap.evaluate("e => [e.clientHeight, e.scrollHeight]")
     assert scroll <= height, f"{name}: navigation {scroll} px tall in a {height} px sidebar"
-    bottom = page.locator("nav.md-nav--primary > ul").evaluate("e => e.getBoundingClientRect().bottom")
+    bottom = tab.locator("nav.md-nav--primary > ul").evaluate("e => e.getBoundingClientRect().bottom")
     assert bottom <= 800, f"{name}: navigation ends at {bottom} px, below the 800 px screen"
-    parts = page.locator("nav.md-nav--primary > ul > li").count()
+    parts = tab.locator("nav.md-nav--primary > ul > li").count()
     assert parts <= 8, f"{parts} top-level entries"
 
 
@@ -138,8 +236,21 @@ def test_content_tabs_switch(page, base_url):
 
 
 @pytest.mark.parametrize("name", PAGES)
-def test_page_code_blocks_snippets_and_links(page, base_url, name):
-    page.goto(base_url + url_of(name))
+def test_page_code_blocks_snippets_and_links(visited, name):
+    """Copy buttons on the code blocks, copying no prompt; every snippet include rendered; internal
+    links and anchors resolve (checked at 1280 px)."""
+    visited(1280, name).result(code_blocks_snippets_and_links)
+
+
+@functools.lru_cache(maxsize=None)
+def fetch(url):
+    """The status and body of a file of the site, fetched once (many pages link to the same few)."""
+    with urllib.request.urlopen(url) as r:
+        return r.status, r.read()
+
+
+def code_blocks_snippets_and_links(visit):
+    page, base_url, name = visit.page, visit.base_url, visit.name
     article = page.locator("article")
     # Material adds a copy button to every code block (its JavaScript, so wait for it), except
     # in .no-copy (a block whose command runs a script under runs/, tools/site_build/code_blocks.py).
@@ -171,17 +282,22 @@ def test_page_code_blocks_snippets_and_links(page, base_url, name):
         if urlparse(absolute).netloc != urlparse(base_url).netloc:
             continue
         target, _, anchor = absolute.partition("#")
-        with urllib.request.urlopen(target) as r:
-            assert r.status == 200, href
-            if anchor:
-                assert f'id="{anchor}"' in r.read().decode(), f"{name}: broken anchor {href}"
+        status, body = fetch(target)
+        assert status == 200, href
+        if anchor:
+            assert f'id="{anchor}"' in body.decode(), f"{name}: broken anchor {href}"
 
 
 @pytest.mark.parametrize("nb", NOTEBOOKS)
-def test_notebook_page_has_outputs_and_download(page, base_url, nb):
-    page.set_viewport_size({"width": 390, "height": 844})  # a phone: the hardest width
-    page.goto(base_url + f"notebooks/{nb}/")
-    assert_reads_well(page, f"notebooks/{nb}", 390)
+def test_notebook_page_has_outputs_and_download(visited, nb):
+    """The stored outputs shown, the notebook offered for download as it is, the page reading well
+    on a phone (390 px: the hardest width)."""
+    visited(390, f"notebooks/{nb}").result(notebook_outputs_and_download)
+
+
+def notebook_outputs_and_download(visit):
+    page, nb = visit.page, visit.name.removeprefix("notebooks/")
+    assert_reads_well(page, visit.name, 390)
     cells = json.loads((ROOT / "notebooks" / f"{nb}.ipynb").read_text())["cells"]
     stream = next("".join(o["text"]) for c in cells for o in c.get("outputs", []) if o.get("output_type") == "stream")
     first_line = next(l for l in stream.splitlines() if l.strip())
@@ -283,14 +399,20 @@ def test_layout_check_finds_what_issue_16_found(page):
         assert kind in problems, (kind, problems)
 
 
+READING_WIDTH_PAGES = ["01-ddp", "09-reliability", "11-debugging", "12-fsdp2", "troubleshooting",
+                       "notebooks/02-equivalence", "notebooks/clusters"]
+
+
 @pytest.mark.parametrize("width", [1280, 390])
-@pytest.mark.parametrize("name", ["01-ddp", "09-reliability", "11-debugging", "12-fsdp2", "troubleshooting",
-                                  "notebooks/02-equivalence", "notebooks/clusters"])
-def test_reading_width_and_screenshot(page, base_url, name, width):
+@pytest.mark.parametrize("name", READING_WIDTH_PAGES)
+def test_reading_width_and_screenshot(visited, name, width):
     """A step page and a notebook page (outputs, a wide table) on a laptop and on a phone.
     The screenshots in runs/screenshots/ are for a person to look at; the test measures."""
-    page.set_viewport_size({"width": width, "height": 900})
-    page.goto(base_url + f"{name}/")
+    visited(width, name).result(reading_width_and_screenshot)
+
+
+def reading_width_and_screenshot(visit):
+    page, name, width = visit.page, visit.name, visit.width
     assert_reads_well(page, name, width)
     shot = ROOT / "runs" / "screenshots" / f"{name.replace('/', '-')}-{width}.png"
     shot.parent.mkdir(parents=True, exist_ok=True)
@@ -490,7 +612,14 @@ BOUNDS = {  # width: {kind: largest share that may scroll}
     1280: {"output": 0.02, "table": 0.05, "lines": 0.22},
     390: {"output": 0.05, "table": 0.75, "lines": 0.75},
 }
-ALL_PAGES = [url_of(p) for p in PAGES] + [f"notebooks/{nb}/" for nb in NOTEBOOKS]
+ALL_PAGES = PAGES + [f"notebooks/{nb}" for nb in NOTEBOOKS]
+
+
+def reading(visit):
+    """READING_JS on the page, once Material's JavaScript has added the copy buttons."""
+    if visit.page.locator("article pre > code").count():
+        visit.page.wait_for_selector('article button[data-md-type="copy"]', state="attached", timeout=10_000)
+    return visit.page.evaluate(READING_JS)
 
 
 def page_type(url):
@@ -498,14 +627,11 @@ def page_type(url):
 
 
 @pytest.mark.parametrize("width", [1280, 390])
-def test_nothing_important_off_screen(browser, base_url, width):
-    pg = browser.new_page(viewport={"width": width, "height": 900})
+def test_nothing_important_off_screen(visited, width):
     found, totals, problems = {}, {}, []
-    for url in ALL_PAGES:
-        pg.goto(base_url + url)
-        if pg.locator("article pre > code").count():
-            pg.wait_for_selector('article button[data-md-type="copy"]', state="attached", timeout=10_000)
-        r = found[url or "index"] = pg.evaluate(READING_JS)
+    for name in ALL_PAGES:
+        url = url_of(name)
+        r = found[url or "index"] = visited(width, name).result(reading)
         for kind in ("output", "source", "table"):
             t = totals.setdefault((page_type(url), kind), [0, 0])
             t[0] += len(r[kind][1]); t[1] += r[kind][0]
@@ -517,7 +643,6 @@ def test_nothing_important_off_screen(browser, base_url, width):
         t[0] += r["colscroll"]; t[1] += r["columns"][0]
         problems += [f"{url}: inline code broken after {b!r} before {a!r}: {token!r} ({where})"
                      for token, b, a, where in r["codebreak"] if bad_code_break(width, token, b, a)]
-    pg.close()
     report = ROOT / "runs" / "screenshots" / f"reading-{width}.json"
     report.parent.mkdir(parents=True, exist_ok=True)
     report.write_text(json.dumps({"totals": {f"{t} {k}": v for (t, k), v in sorted(totals.items())},
@@ -569,16 +694,16 @@ DIAGRAM_JS = r"""() => [...document.querySelectorAll("article figure.diagram")].
 })"""
 
 
-def test_diagrams_keep_their_size_on_a_phone(browser, base_url):
+DIAGRAM_PAGES = ["05-multinode"]  # (every diagram is in such a figure: tests/test_diagrams.py)
+
+
+def test_diagrams_keep_their_size_on_a_phone(visited):
     """An idea diagram is shown at its natural size: in the 1280 px column it fits; on a phone it
     scrolls sideways in its own box, with a hint, and a tap opens the SVG on its own (a figure
     shrunk to the phone's width had text of 7 px)."""
-    for width in (390, 1280):  # (every diagram is in such a figure: tests/test_diagrams.py)
-        pg = browser.new_page(viewport={"width": width, "height": 844})
-        for name in ["05-multinode"]:
-            pg.goto(base_url + url_of(name), wait_until="domcontentloaded")  # then only the figures
-            pg.wait_for_function("() => [...document.querySelectorAll('figure.diagram img')].every(i => i.complete)")
-            figures = pg.evaluate(DIAGRAM_JS)
+    for width in (390, 1280):
+        for name in DIAGRAM_PAGES:
+            figures = visited(width, name).result(diagrams)
             assert figures, f"{name}: no figure.diagram"
             for f in figures:
                 assert f["href"] == f["src"] and f["src"].endswith(".svg"), (name, f)
@@ -587,30 +712,35 @@ def test_diagrams_keep_their_size_on_a_phone(browser, base_url):
                     assert f["scroll"] <= f["box"] and f["hint"] == "none", (name, f)
                 else:
                     assert f["scroll"] > f["box"] and f["overflow"] == "auto" and f["hint"] == "block", (name, f)
-        pg.close()
+
+
+def diagrams(visit):
+    """Each figure.diagram of the page, measured (DIAGRAM_JS) once its images have loaded."""
+    visit.page.wait_for_function("() => [...document.querySelectorAll('figure.diagram img')].every(i => i.complete)")
+    return visit.page.evaluate(DIAGRAM_JS)
 
 
 # --- Navigation ------------------------------------------------------------------------------
 
-def test_header_links_to_the_repository(page, base_url):
-    page.set_viewport_size({"width": 1280, "height": 900})
-    page.goto(base_url)
-    link = page.locator("header a[data-repository-link]")
+def test_header_links_to_the_repository(tab, base_url):
+    tab.set_viewport_size({"width": 1280, "height": 900})
+    tab.goto(base_url)
+    link = tab.locator("header a[data-repository-link]")
     assert link.is_visible()
     link.click()
-    page.wait_for_load_state()
-    assert page.url == base_url + "repository/"
-    archive = page.locator("article a[download][href$='.zip']")
-    with urllib.request.urlopen(urljoin(page.url, archive.get_attribute("href"))) as r:
+    tab.wait_for_load_state()
+    assert tab.url == base_url + "repository/"
+    archive = tab.locator("article a[download][href$='.zip']")
+    with urllib.request.urlopen(urljoin(tab.url, archive.get_attribute("href"))) as r:
         names = set(zipfile.ZipFile(io.BytesIO(r.read())).namelist())
-    listed = page.locator("article li code").all_inner_texts()
+    listed = tab.locator("article li code").all_inner_texts()
     assert "mkdocs.yml" in listed and "code/01_ddp.py" in listed
     assert {f"ddp-tutorial/{n}" for n in listed} == names
     # On a phone the header has no room for it: the navigation drawer lists the page.
-    page.set_viewport_size({"width": 390, "height": 844})
-    page.goto(base_url)
-    page.locator("label.md-header__button[for=__drawer]").click()
-    assert page.locator("nav.md-nav--primary a[href$='repository/']").first.is_visible()
+    tab.set_viewport_size({"width": 390, "height": 844})
+    tab.goto(base_url)
+    tab.locator("label.md-header__button[for=__drawer]").click()
+    assert tab.locator("nav.md-nav--primary a[href$='repository/']").first.is_visible()
 
 
 def type_search(page, base_url, query):
@@ -650,20 +780,20 @@ ERRORS = [("RendezvousTimeoutError", "05-multinode/"), ("DistNetworkError", "05-
 
 
 @pytest.mark.parametrize("query, step", ERRORS)
-def test_search_finds_a_pasted_error(page, base_url, query, step):
+def test_search_finds_a_pasted_error(tab, base_url, query, step):
     """A pasted error message lands on the step that shows and explains it (issue 24: code blocks
     were out of the index, and with them every reproduced error)."""
-    pages = search(page, base_url, query)
+    pages = search(tab, base_url, query)
     assert step in pages[:3], f"{query!r}: results {pages[:5]}"
 
 
 @pytest.mark.parametrize("query, step", [("DeepSpeed", "06-deepspeed"), ("SyncBatchNorm", "02-equivalence")])
-def test_search_enter_opens_the_step_page(page, base_url, query, step):
+def test_search_enter_opens_the_step_page(tab, base_url, query, step):
     """Enter opens the first result: the step's page, not its notebook, nor a code dump."""
-    box, first = type_search(page, base_url, query)
+    box, first = type_search(tab, base_url, query)
     assert "Copied!" not in first.inner_text()
     box.press("Enter")
-    page.wait_for_url(re.compile(re.escape(base_url) + step + "/"), timeout=10_000)
+    tab.wait_for_url(re.compile(re.escape(base_url) + step + "/"), timeout=10_000)
 
 
 
@@ -671,40 +801,47 @@ def test_search_enter_opens_the_step_page(page, base_url, query, step):
 CHARTS_PENDING = set()
 
 
-def test_chart_text_at_least_11_px(browser, base_url, site_dir):
+def test_chart_text_at_least_11_px(visited, site_dir):
     """Every chart's smallest text is at least 11 px as a 1280 px window shows it (issue 41, item
     4: digits 3-6 px, a title cut). tools/charts.py records in each PNG the smallest font size the
     figure draws and its dpi; the browser gives the width the page shows it at."""
-    import base64
-    sys.path.insert(0, str(ROOT / "tools"))
-    import charts
     pages = sorted(p.parent.relative_to(site_dir).as_posix() for p in site_dir.rglob("index.html")
                    if re.search(r'<img\b[^>]*\bsrc="(data:image/png|[^"]+\.png")', p.read_text()))
     assert len(pages) >= 7, pages  # steps 1, 3, 6, 13, 14: page and notebook, where it shows them
-    ctx = browser.new_context(viewport={"width": 1280, "height": 800})
-    page, bad, seen = ctx.new_page(), [], 0
+    bad, seen = [], 0
     for name in pages:
         if name in CHARTS_PENDING:
             continue
-        page.goto(base_url + f"{name}/")
-        for src, shown, natural in page.locator("article img").evaluate_all("""els => els
-            .filter(e => /^data:image\\/png|\\.png$/.test(e.getAttribute("src")))
-            .map(e => [e.src, e.getBoundingClientRect().width, e.naturalWidth])"""):
-            data = base64.b64decode(src.split(",", 1)[1]) if src.startswith("data:") else \
-                (site_dir / urlparse(src).path.lstrip("/")).read_bytes()
-            what = f"{name}: {src[:40] if src.startswith('data:') else urlparse(src).path}"
-            meta = charts.read(io.BytesIO(data))
-            if meta is None:
-                bad.append(f"{what}: not saved by tools/charts.py (no chart-smallest-pt)")
-            elif not shown:
-                bad.append(f"{what}: not shown (width 0)")
-            else:
-                seen += 1
-                px = charts.text_px(meta["smallest_pt"], meta["dpi"], natural, shown)
-                if px < 11:
-                    bad.append(f"{what}: smallest text {px:.1f} px ({meta['smallest_pt']:g} pt, shown {shown:.0f} of {natural} px)")
-    ctx.close()
+        measured, problems = visited(1280, "index" if name == "." else name).result(chart_text)
+        seen += measured
+        bad += problems
     assert seen >= 12 and not bad, f"{seen} charts measured; {bad}"
+
+
+def chart_text(visit):
+    """The PNGs of the page's article: how many were measured, and the problems found."""
+    import base64
+    if str(ROOT / "tools") not in sys.path:
+        sys.path.insert(0, str(ROOT / "tools"))
+    import charts
+    name, site_dir, bad, seen = visit.name, visit.site_dir, [], 0
+    for src, shown, natural in visit.page.locator("article img").evaluate_all("""els => els
+        .filter(e => /^data:image\\/png|\\.png$/.test(e.getAttribute("src")))
+        .map(e => [e.src, e.getBoundingClientRect().width, e.naturalWidth])"""):
+        data = base64.b64decode(src.split(",", 1)[1]) if src.startswith("data:") else \
+            (site_dir / urlparse(src).path.lstrip("/")).read_bytes()
+        what = f"{name}: {src[:40] if src.startswith('data:') else urlparse(src).path}"
+        meta = charts.read(io.BytesIO(data))
+        if meta is None:
+            bad.append(f"{what}: not saved by tools/charts.py (no chart-smallest-pt)")
+        elif not shown:
+            bad.append(f"{what}: not shown (width 0)")
+        else:
+            seen += 1
+            px = charts.text_px(meta["smallest_pt"], meta["dpi"], natural, shown)
+            if px < 11:
+                bad.append(f"{what}: smallest text {px:.1f} px ({meta['smallest_pt']:g} pt, shown {shown:.0f} of {natural} px)")
+    return seen, bad
 
 # --- Dark mode -------------------------------------------------------------------------------
 
