@@ -84,8 +84,8 @@ def leave(code=0):
     sys.exit(code)
 
 
-def fail(message):  # after init: one line and exit code 1, not gloo's abort
-    print(message, file=sys.stderr, flush=True)
+def fail(message):  # one line, exit code 1 (after init: not gloo's abort)
+    sys.stderr.write(message + "\n")  # one write: ranks' lines never merge
     os._exit(1)
 
 
@@ -138,12 +138,12 @@ def start_distributed(args):
         if "TORCHELASTIC_RUN_ID" in env:  # torchrun: processes per task
             per_task = int(env["LOCAL_WORLD_SIZE"])
         if world_size != int(env["SLURM_NTASKS"]) * per_task:
-            sys.exit(f"error: WORLD_SIZE={world_size}, but Slurm started "
-                     f"{env['SLURM_NTASKS']} task(s) x {per_task} "
-                     f"process(es): with torchrun use one task per node")
+            fail(f"error: WORLD_SIZE={world_size}, but Slurm started "
+                 f"{env['SLURM_NTASKS']} task(s) x {per_task} "
+                 f"process(es): with torchrun use one task per node")
     if args.batch_size % world_size:
-        sys.exit(f"error: batch size {args.batch_size} is not divisible by "
-                 f"world size {world_size}")
+        fail(f"error: batch size {args.batch_size} is not divisible by "
+             f"world size {world_size}")
     # One code path: nccl and a GPU per process where there are GPUs, gloo
     # and the CPU otherwise.
     if torch.cuda.is_available():
