@@ -11,6 +11,7 @@ wall time given.
 """
 import datetime
 import json
+import os
 import sys
 import xml.etree.ElementTree as ET
 from collections import defaultdict
@@ -50,7 +51,7 @@ def main(report, wall, where, vmstat_log=None):
     cpu = None
     if vmstat_log:
         share, seconds = busy(report, vmstat_log)
-        cpu = {"busy_percent": round(share, 1), "core_seconds_used": round(2 * seconds * share / 100)}
+        cpu = {"busy_percent": round(share, 1), "core_seconds_used": round(os.cpu_count() * seconds * share / 100)}
     (ROOT / "benchmarks" / "suite-time.json").write_text(json.dumps(
         {"wall": wall, "where": where, "summed_seconds": round(total), "files": {k: round(v, 1) for k, v in rows},
          "items": dict(count),

@@ -169,16 +169,9 @@ def _wait_for_exit(job_id):
     (the batch script's exit status; 1 if a signal ended it), through requeues. Polled every
     0.2 s, where sbatch --wait polls every 2 s: the suite's ~150 jobs would wait ~1 s each."""
     while True:
-        r = subprocess.run(["scontrol", "-o", "show", "job", job_id], env=_env(), stdout=subprocess.PIPE,
-                           stderr=subprocess.DEVNULL, text=True)
-        m = re.search(r"JobState=(\S+) .*ExitCode=(\d+):(\d+)", r.stdout)
-        if m is None:  # gone from slurmctld already (MinJobAge): its accounting record
-            r = subprocess.run(["sacct", "-n", "-X", "-P", "-j", job_id, "-o", "State,ExitCode"], env=_env(),
-                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-            m = re.match(r"(\w+)[^|\n]*\|(\d+):(\d+)", r.stdout)
-            if m is None:
-                raise RuntimeError(f"job {job_id}: neither scontrol nor sacct knows it")
-        state, code, sig = m.group(1), int(m.group(2)), int(m.group(3))
+        state, code, sig = _exit_status(job_id)
+        if state is None:
+            raise RuntimeError(f"job {job_id}: neither scontrol nor sacct knows it")
         if state in FINAL:
             return 1 if sig else code
         time.sleep(0.2)
@@ -272,16 +265,23 @@ def _squeue(job_id):
     return state, reason
 
 
-def _exit_code(job_id):
-    """The finished job's exit code: sacct, or scontrol while Slurm still remembers the job."""
-    for cmd, pattern in ((["sacct", "-n", "-X", "-P", "-j", job_id, "-o", "ExitCode"], r"^(\d+):(\d+)"),
-                         (["scontrol", "show", "job", job_id], r"ExitCode=(\d+):(\d+)")):
+def _exit_status(job_id):
+    """(state, exit code, signal) of a job: scontrol while slurmctld still holds it, then sacct."""
+    for cmd, pattern in ((["scontrol", "-o", "show", "job", job_id], r"JobState=(\S+) .*ExitCode=(\d+):(\d+)"),
+                         (["sacct", "-n", "-X", "-P", "-j", job_id, "-o", "State,ExitCode"], r"^(\w+)[^|\n]*\|(\d+):(\d+)")):
         r = subprocess.run(cmd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         m = re.search(pattern, r.stdout, flags=re.M)
         if m:
-            code, sig = int(m.group(1)), int(m.group(2))
-            return code or (128 + sig if sig else 0)
-    return None
+            return m.group(1), int(m.group(2)), int(m.group(3))
+    return None, None, None
+
+
+def _exit_code(job_id):
+    """The finished job's exit code (128 + the signal's number if a signal ended it)."""
+    _, code, sig = _exit_status(job_id)
+    if code is None:
+        return None
+    return code or (128 + sig if sig else 0)
 
 
 def _submit_and_watch(sbatch_file, options, check, grep):
