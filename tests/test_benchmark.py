@@ -103,12 +103,13 @@ def test_each_rung_is_written_at_once_and_a_stall_dumps_the_stacks(tmp_path):
     proc = subprocess.Popen([sys.executable, "code/10_benchmark.py", "--smoke", "--batch-sizes", "16", "--stall-after",
                              "0.1", "--out", str(out)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    first = rep = None
     try:
         first = proc.stdout.readline()  # the first rung's line: its row is in the file already
-        assert first.startswith("batch    16  DataLoader"), first
-        rep = json.loads(out.read_text())
-        assert rep["complete"] is False and rep["results"][0]["variant"] == "DataLoader (tutorial baseline)"
+        rep = json.loads(out.read_text()) if first.startswith("batch    16  DataLoader") else None
     finally:
         proc.kill()
         _, err = proc.communicate()
+    assert rep, f"first line {first!r}, exit code {proc.returncode}, stderr:\n{err[-3000:]}"
+    assert rep["complete"] is False and rep["results"][0]["variant"] == "DataLoader (tutorial baseline)"
     assert "most recent call first" in err and "in measure" in err, err[-2000:]
