@@ -173,13 +173,18 @@ def _build_site(out):
 
 
 # `make test` runs two files at a time (pytest-xdist, --dist loadfile): each notebook or test file
-# stays on one worker, in order. The longest files start first, so that no long one is left to run
-# alone at the end; the clusters notebook, whose dev-g cell needs LUMI's dev-g without other jobs
-# of the same user (the per-user limits are its lesson), comes last, long after test_sbatch and
-# your-own-script (the cluster user's other dev-g jobs); its cell also waits until none is left.
+# stays on one worker, in order. The longest files start first (their durations in
+# benchmarks/suite-time.md), so that the run ends on short ones and no long one is left to run alone
+# on one core at the end (take-home, started last in one run, ran 100 s alone); the clusters
+# notebook, whose dev-g cell needs LUMI's dev-g without other jobs of the same user (the per-user
+# limits are its lesson), comes last, long after test_sbatch and your-own-script (the cluster
+# user's other dev-g jobs); its cell also waits until none is left.
 FIRST = ["tests/test_sbatch.py", "tests/test_local_slurm.py", "notebooks/09-reliability.ipynb",
-         "notebooks/your-own-script.ipynb", "notebooks/12-fsdp2.ipynb", "tests/test_browser.py",
-         "tests/test_cluster_user.py", "notebooks/11-debugging.ipynb", "notebooks/03-lr-scaling.ipynb"]
+         "notebooks/your-own-script.ipynb", "notebooks/12-fsdp2.ipynb", "tests/test_cluster_user.py",
+         "notebooks/03-lr-scaling.ipynb", "notebooks/13-data.ipynb", "tests/test_browser.py",
+         "notebooks/11-debugging.ipynb", "tests/test_reliability.py", "notebooks/06-deepspeed.ipynb",
+         "notebooks/take-home.ipynb", "notebooks/07-lightning.ipynb", "notebooks/15-two-dimensions.ipynb",
+         "notebooks/04-sharding.ipynb", "notebooks/14-profiling.ipynb"]
 LAST = ["notebooks/clusters.ipynb"]
 
 
