@@ -10,6 +10,7 @@ Writes benchmarks/suite-time.json and benchmarks/suite-time.md: each file's summ
 wall time given.
 """
 import datetime
+import html
 import json
 import os
 import sys
@@ -19,6 +20,15 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 TOP = 15
+
+
+def breakable(name):
+    """A test's name as text that may wrap after `_` and `[` (`<wbr>`): the longest names are wider
+    than the page, and neither code nor a word wraps inside itself."""
+    text = html.escape(name)
+    for c in ("[", "_"):
+        text = text.replace(c, c + "<wbr>")
+    return text
 
 
 def busy(report, vmstat_log):
@@ -63,8 +73,8 @@ def main(report, wall, where, vmstat_log=None):
           f"workers.{busy_line} Per file, the longest first:", "", "| file | items | seconds |", "|---|---:|---:|"]
     md += [f"| `{k}` | {count[k]} | {v:.0f} |" for k, v in rows]
     md += ["", f"The {TOP} longest items (a notebook's cell counts its code cells from 0):", "",
-           "| item | seconds |", "|---|---:|"]
-    md += [f"| `{k}` | {v:.0f} |" for v, k in items[:TOP]]
+           "| file | item | seconds |", "|---|---|---:|"]
+    md += [f"| `{k.split('::')[0]}` | {breakable(k.split('::', 1)[1])} | {v:.0f} |" for v, k in items[:TOP]]
     (ROOT / "benchmarks" / "suite-time.md").write_text("\n".join(md) + "\n")
     print("\n".join(md))
 
