@@ -31,9 +31,9 @@ def breakable(name):
     return text
 
 
-def busy(report, vmstat_log):
-    """The cores' mean busy share (us + sy) in the vmstat samples taken while the run lasted."""
-    suite = ET.parse(report).getroot().find("testsuite")
+def busy(suite, vmstat_log):
+    """The cores' mean busy share (us + sy) in the vmstat samples taken while the run (the
+    report's <testsuite>) lasted, and the run's seconds."""
     start = datetime.datetime.fromisoformat(suite.get("timestamp")).timestamp()
     end = start + float(suite.get("time"))
     shares = []
@@ -48,7 +48,8 @@ def busy(report, vmstat_log):
 
 def main(report, wall, where, vmstat_log=None):
     per_file, count, items = defaultdict(float), defaultdict(int), []
-    for case in ET.parse(report).getroot().iter("testcase"):
+    root = ET.parse(report).getroot()
+    for case in root.iter("testcase"):
         name = case.get("file") or case.get("classname", "").replace(".", "/") + ".py"
         if "ipynb" in case.get("classname", ""):  # "notebooks.09-reliability.ipynb": the notebook's path
             name = case.get("classname").split("::")[0].replace("notebooks.", "notebooks/", 1)
@@ -60,21 +61,22 @@ def main(report, wall, where, vmstat_log=None):
     total = sum(per_file.values())
     cpu = None
     if vmstat_log:
-        share, seconds = busy(report, vmstat_log)
+        share, seconds = busy(root.find("testsuite"), vmstat_log)
         cpu = {"busy_percent": round(share, 1), "core_seconds_used": round(os.cpu_count() * seconds * share / 100)}
     (ROOT / "benchmarks" / "suite-time.json").write_text(json.dumps(
         {"wall": wall, "where": where, "summed_seconds": round(total), "files": {k: round(v, 1) for k, v in rows},
          "items": dict(count),
          "longest_items": {k: round(v, 1) for v, k in items[:TOP]}, "cpu": cpu}, indent=1) + "\n")
     # (the first line plain text: the site's test finds an included file by its first line)
-    busy_line = (f" The two cores were busy {cpu['busy_percent']:.0f}% of the run (vmstat every 2 s): about "
+    busy_line = (f" The {os.cpu_count()} cores were busy {cpu['busy_percent']:.0f}% of the run (vmstat every 2 s): about "
                  f"{cpu['core_seconds_used']:,} core-seconds." if cpu else "")
     md = [f"make test: {wall} wall time ({where}); {total / 60:.1f} minutes of tests summed over the two "
           f"workers.{busy_line} Per file, the longest first:", "", "| file | items | seconds |", "|---|---:|---:|"]
     md += [f"| `{k}` | {count[k]} | {v:.0f} |" for k, v in rows]
     md += ["", f"The {TOP} longest items (a notebook's cell counts its code cells from 0):", "",
            "| file | item | seconds |", "|---|---|---:|"]
-    md += [f"| `{k.split('::')[0]}` | {breakable(k.split('::', 1)[1])} | {v:.0f} |" for v, k in items[:TOP]]
+    md += [f"| `{f}` | {breakable(test)} | {v:.0f} |" for v, (f, _, test) in
+           ((v, k.partition("::")) for v, k in items[:TOP])]
     (ROOT / "benchmarks" / "suite-time.md").write_text("\n".join(md) + "\n")
     print("\n".join(md))
 
