@@ -1,21 +1,28 @@
 """What a process start costs, and how many the tests make (issue 35: where the suite's time goes).
 
     .venv/bin/python benchmarks/process_starts.py measure
-    # a full run with every Python process logging itself at exit (benchmarks/process_starts_hook):
-    mkdir -m 1777 /work/pystarts
-    PYTHONPATH=$PWD/benchmarks/process_starts_hook .venv/bin/python -m pytest -n 2 --dist loadfile ...
-    .venv/bin/python benchmarks/process_starts.py count /work/pystarts "where"
+    # as root: a full run under Linux's process accounting (acct(2)), every process counted
+    .venv/bin/python benchmarks/process_starts.py account "where" -- \
+        .venv/bin/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder
 
 `measure` times, on the pinned CPU path the tests use, the CPU seconds of `import torch` in a
 fresh process, of step 1's training alone, and of a 2-process torchrun of step 1 for 1 and 5
-epochs. `count` sums the log: Python processes, those that imported torch, their CPU seconds,
-per test file. Both write into benchmarks/process-starts.json; the .md is made from it.
+epochs. `account` runs the command with process accounting on: the kernel writes one record for
+every process that ends, however it ends (a rank that torchrun or srun kills, a loader worker),
+with its CPU seconds. Beside it, /proc is read every 0.2 s for each new process's command, the
+test that started it (PYTEST_CURRENT_TEST, which a job's processes inherit through sbatch) and
+whether it loaded torch (libtorch in its memory map). Both write into
+benchmarks/process-starts.json; the .md is made from it.
 """
+import ctypes
 import json
 import os
 import resource
+import struct
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -51,16 +58,81 @@ def measure():
             "cores": os.cpu_count(), "torch_import": rows[1]["cpu_s"], "rows": rows}
 
 
-def count(folder, where):
-    procs = [l.rstrip("\n").split("\t") for f in Path(folder).glob("*.tsv") for l in f.read_text().splitlines()]
-    per_file, starts, torch_starts = defaultdict(float), Counter(), Counter()
-    for pid, t0, alive, cpu, torch, test, cmd in procs:
-        name = test or "(outside a test: the run's set-up, workers)"
-        per_file[name] += float(cpu)
+OUTSIDE = "(outside a test: the run's set-up, workers)"
+
+
+def _watch(seen, stop):
+    """Every 0.2 s: each new process's command and test, keyed by (pid, start in epoch seconds);
+    a Python process is looked at again, at most once a second, until libtorch is in its map."""
+    tick, boot = os.sysconf("SC_CLK_TCK"), next(float(l.split()[1]) for l in open("/proc/stat") if l.startswith("btime"))
+    pending = {}
+    while not stop.is_set():
+        now = time.time()
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                start = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[19])
+                key = (int(pid), boot + start / tick)
+                if key not in seen:
+                    cmd = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode(errors="replace")
+                    env = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
+                    test = next((e[20:].decode().split("::")[0] for e in env if e.startswith(b"PYTEST_CURRENT_TEST=")), "")
+                    seen[key] = {"cmd": cmd[:200], "test": test, "torch": False}
+                    if "python" in cmd or "torchrun" in cmd:
+                        pending[key] = 0.0
+                if key in pending and now - pending[key] >= 1:
+                    pending[key] = now
+                    if "libtorch" in open(f"/proc/{pid}/maps").read():
+                        seen[key]["torch"] = True
+                        del pending[key]
+            except (OSError, IndexError, ValueError):
+                continue  # ended meanwhile
+        stop.wait(0.2)
+
+
+def _records(path):
+    """acct(5) version 3 records: (pid, start in epoch seconds, CPU seconds, command name)."""
+    comp = lambda c: (c & 0x1FFF) << (3 * (c >> 13))  # noqa: E731 (comp_t: 13-bit mantissa, base-8 exponent)
+    data = Path(path).read_bytes()
+    for i in range(0, len(data) - 63, 64):
+        version, pid, btime, etime, utime, stime = struct.unpack_from("<xBxx12xI4xIfHH", data, i)
+        assert version == 3, f"acct record version {version}, not 3"
+        yield pid, btime, (comp(utime) + comp(stime)) / 100, data[i + 48:i + 64].split(b"\0")[0].decode(errors="replace")
+
+
+def account(where, cmd):
+    """Runs cmd with process accounting on; every process that ended meanwhile, per test file."""
+    if os.geteuid() != 0:
+        sys.exit("error: process accounting (acct(2)) needs root")
+    libc = ctypes.CDLL(None, use_errno=True)
+    log = Path(tempfile.mkdtemp()) / "pacct"
+    log.touch()
+    seen, stop = {}, threading.Event()
+    watcher = threading.Thread(target=_watch, args=(seen, stop))
+    watcher.start()
+    if libc.acct(str(log).encode()) != 0:
+        sys.exit(f"error: acct(2): {os.strerror(ctypes.get_errno())}")
+    t0 = time.time()
+    try:
+        rc = subprocess.run(cmd).returncode
+    finally:
+        libc.acct(None)
+        stop.set()
+        watcher.join()
+    by_pid = defaultdict(list)
+    for (pid, start), info in seen.items():
+        by_pid[pid].append((start, info))
+    per_file, starts, torch_starts, torch_cpu = defaultdict(float), Counter(), Counter(), 0.0
+    for pid, btime, cpu, comm in _records(log):
+        near = [(abs(start - btime), info) for start, info in by_pid.get(pid, ()) if abs(start - btime) < 2]
+        info = min(near, key=lambda x: x[0])[1] if near else {"test": "", "torch": False}  # too short to be seen
+        name = info["test"] or OUTSIDE
+        per_file[name] += cpu
         starts[name] += 1
-        torch_starts[name] += torch == "torch"
-    return {"where": where, "processes": len(procs), "with_torch": sum(torch_starts.values()),
-            "cpu_s": round(sum(per_file.values())),
+        torch_starts[name] += info["torch"]
+        torch_cpu += cpu if info["torch"] else 0
+    return {"where": where, "exit_code": rc, "wall_s": round(time.time() - t0), "processes": sum(starts.values()),
+            "with_torch": sum(torch_starts.values()), "cpu_s": round(sum(per_file.values())),
+            "torch_processes_cpu_s": round(torch_cpu),
             "files": {k: {"processes": starts[k], "with_torch": torch_starts[k], "cpu_s": round(v)}
                       for k, v in sorted(per_file.items(), key=lambda kv: -kv[1])}}
 
@@ -77,12 +149,15 @@ def markdown(data):
         ddp5 = m["rows"][-1]["cpu_s"]
         md += ["", f"A 2-process torchrun starts 3 Python processes that import torch (the agent and 2 workers): "
                f"{3 * imp:.1f} of step 1's {ddp5:.1f} CPU seconds ({3 * imp / ddp5:.0%}) are process starts."]
-    c = data.get("count")
+    c = data.get("account")
     if c:
-        md += ["", f"One full `make test` ({c['where']}): {c['processes']} Python processes, {c['with_torch']} of "
-               f"them imported torch; {c['cpu_s'] / 60:.1f} CPU minutes in Python processes"
-               + (f", of which about {c['with_torch'] * m['torch_import'] / 60:.1f} importing torch" if m else "")
-               + ". The test files that start most:", "",
+        md += ["", f"One full `make test` ({c['where']}), every process counted by Linux's process accounting: "
+               f"{c['processes']:,} processes, {c['with_torch']} of which loaded torch. Those used "
+               f"{c['torch_processes_cpu_s']:,} of the run's {c['cpu_s']:,} CPU seconds "
+               f"({c['torch_processes_cpu_s'] / c['cpu_s']:.0%})"
+               + (f"; importing torch and tearing it down alone comes to about {c['with_torch'] * m['torch_import']:,.0f} "
+                  f"({c['with_torch']} x {m['torch_import']:.2f}, the second row above)" if m else "")
+               + ". The test files that use most:", "",
                "| test file | processes | with torch | CPU s |", "|---|---:|---:|---:|"]
         md += [f"| `{k}` | {v['processes']} | {v['with_torch']} | {v['cpu_s']} |"
                for k, v in list(c["files"].items())[:15]]
@@ -93,8 +168,11 @@ if __name__ == "__main__":
     data = json.loads(OUT.read_text()) if OUT.exists() else {}
     if sys.argv[1] == "measure":
         data["measure"] = measure()
-    elif sys.argv[1] == "count":
-        data["count"] = count(sys.argv[2], sys.argv[3])
+    elif sys.argv[1] == "account" and sys.argv[3] == "--":
+        data.pop("count", None)  # the earlier at-exit log's count, which missed every killed process
+        data["account"] = account(sys.argv[2], sys.argv[4:])
+    else:
+        sys.exit(__doc__)
     OUT.write_text(json.dumps(data, indent=1) + "\n")
     OUT.with_suffix(".md").write_text(markdown(data))
     print(markdown(data))
