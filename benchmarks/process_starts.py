@@ -18,6 +18,7 @@ benchmarks/process-starts.json; the .md is made from it.
 import ctypes
 import json
 import os
+import re
 import resource
 import struct
 import subprocess
@@ -61,7 +62,7 @@ def measure():
             "cores": os.cpu_count(), "torch_import": rows[1]["cpu_s"], "rows": rows}
 
 
-OUTSIDE = "(outside a test: the run's set-up, workers)"
+OUTSIDE = "(no test seen: set-up, workers, short commands)"
 
 
 def _watch(seen, stop):
@@ -134,7 +135,7 @@ def account(where, cmd):
     per_file, starts, torch_starts, torch_cpu = defaultdict(float), Counter(), Counter(), 0.0
     for pid, btime, cpu, comm in _records(log):
         near = [(abs(start - btime), info) for start, info in by_pid.get(pid, ()) if abs(start - btime) < 2]
-        info = min(near, key=lambda x: x[0])[1] if near else {"test": "", "torch": False}  # too short to be seen
+        info = min(near, key=lambda x: x[0])[1] if near else {"test": "", "torch": False}  # ended before a look
         name = info["test"] or OUTSIDE
         per_file[name] += cpu
         starts[name] += 1
@@ -154,7 +155,7 @@ def markdown(data):
         imp = m["torch_import"]
         md += [f"Measured {m['measured']} on {m['cores']} cores, the tests' pinned CPU path, median of 3:", "",
                "| command | CPU s | wall s |", "|---|---:|---:|"]
-        md += [f"| `{r['command'].replace(sys.executable, 'python')}` | {r['cpu_s']:.2f} | {r['wall_s']:.2f} |"
+        md += [f"| `{re.sub(r'[^ ]*/bin/python3?', 'python', r['command'])}` | {r['cpu_s']:.2f} | {r['wall_s']:.2f} |"
                for r in m["rows"]]
         ddp5, gc_off = m["rows"][-1]["cpu_s"], m["rows"][3]["cpu_s"]
         md += ["", f"A 2-process torchrun starts 3 Python processes that import torch (the agent and 2 workers): "
@@ -175,7 +176,11 @@ def markdown(data):
                for k, v in list(c["files"].items())[:15]]
         if m:
             saved = c["with_torch"] * (m["torch_import"] - m["rows"][3]["cpu_s"])
-            md += ["", f"The garbage collector's share of those imports, about {saved:,.0f} CPU seconds here, is not "
+            budget, imports = 15 * 60 * m["cores"], c["with_torch"] * m["torch_import"]
+            md += ["", f"15 minutes on {m['cores']} cores are {budget:,} core-seconds: "
+                   + ("fewer than these imports of torch alone. " if budget < imports else
+                      f"{budget - imports:,.0f} more than these imports of torch. ")
+                   + f"The garbage collector's share of the imports, about {saved:,.0f} CPU seconds here, is not "
                    "saved: that needs a hook in every Python the tests start (a `.pth` file in the venv), and a "
                    "reader's Python has none."]
     return "\n".join(md) + "\n"
