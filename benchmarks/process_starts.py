@@ -20,6 +20,7 @@ import json
 import os
 import re
 import resource
+import shutil
 import struct
 import subprocess
 import sys
@@ -133,7 +134,9 @@ def account(where, cmd):
     for (pid, start), info in seen.items():
         by_pid[pid].append((start, info))
     per_file, starts, torch_starts, torch_cpu = defaultdict(float), Counter(), Counter(), 0.0
-    for pid, btime, cpu, comm in _records(log):
+    records = list(_records(log))
+    shutil.rmtree(log.parent)
+    for pid, btime, cpu, comm in records:
         near = [(abs(start - btime), info) for start, info in by_pid.get(pid, ()) if abs(start - btime) < 2]
         info = min(near, key=lambda x: x[0])[1] if near else {"test": "", "torch": False}  # ended before a look
         name = info["test"] or OUTSIDE
