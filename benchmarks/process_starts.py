@@ -11,8 +11,8 @@ epochs. `account` runs the command with process accounting on: the kernel writes
 every process that ends, however it ends (a rank that torchrun or srun kills, a loader worker),
 with its CPU seconds. Beside it, /proc is read every 0.2 s for each new process's command, the
 test that started it (PYTEST_CURRENT_TEST, which a job's processes inherit through sbatch) and
-whether it imported torch (libtorch in its memory map, but not already at its start: a
-forked loader worker has it from its parent). Both write into
+whether it imported torch (libtorch in its memory map, and not running its parent's command,
+as a forked loader worker does). Both write into
 benchmarks/process-starts.json; the .md is made from it.
 """
 import ctypes
@@ -102,13 +102,13 @@ def _watch(seen, stop):
 
 
 def _records(path):
-    """acct(5) version 3 records: (pid, start in epoch seconds, CPU seconds, command name)."""
+    """acct(5) version 3 records: (pid, start in epoch seconds, CPU seconds)."""
     comp = lambda c: (c & 0x1FFF) << (3 * (c >> 13))  # noqa: E731 (comp_t: 13-bit mantissa, base-8 exponent)
     data = Path(path).read_bytes()
     for i in range(0, len(data) - 63, 64):
-        version, pid, btime, etime, utime, stime = struct.unpack_from("<xBxx12xI4xIfHH", data, i)
+        version, pid, btime, utime, stime = struct.unpack_from("<xBxx12xI4xI4xHH", data, i)
         assert version == 3, f"acct record version {version}, not 3"
-        yield pid, btime, (comp(utime) + comp(stime)) / 100, data[i + 48:i + 64].split(b"\0")[0].decode(errors="replace")
+        yield pid, btime, (comp(utime) + comp(stime)) / 100
 
 
 def account(where, cmd):
@@ -119,10 +119,10 @@ def account(where, cmd):
     log = Path(tempfile.mkdtemp()) / "pacct"
     log.touch()
     seen, stop = {}, threading.Event()
-    watcher = threading.Thread(target=_watch, args=(seen, stop))
-    watcher.start()
     if libc.acct(str(log).encode()) != 0:
         sys.exit(f"error: acct(2): {os.strerror(ctypes.get_errno())}")
+    watcher = threading.Thread(target=_watch, args=(seen, stop))  # started once it can be stopped
+    watcher.start()
     t0 = time.time()
     try:
         rc = subprocess.run(cmd).returncode
@@ -136,7 +136,7 @@ def account(where, cmd):
     per_file, starts, torch_starts, torch_cpu = defaultdict(float), Counter(), Counter(), 0.0
     records = list(_records(log))
     shutil.rmtree(log.parent)
-    for pid, btime, cpu, comm in records:
+    for pid, btime, cpu in records:
         near = [(abs(start - btime), info) for start, info in by_pid.get(pid, ()) if abs(start - btime) < 2]
         info = min(near, key=lambda x: x[0])[1] if near else {"test": "", "torch": False}  # ended before a look
         name = info["test"] or OUTSIDE
@@ -155,31 +155,31 @@ def markdown(data):
     m = data.get("measure")
     md = []
     if m:
-        imp = m["torch_import"]
+        imp, gc_off = m["torch_import"], m["rows"][3]["cpu_s"]
         md += [f"Measured {m['measured']} on {m['cores']} cores, the tests' pinned CPU path, median of 3:", "",
                "| command | CPU s | wall s |", "|---|---:|---:|"]
         md += [f"| `{re.sub(r'[^ ]*/bin/python3?', 'python', r['command'])}` | {r['cpu_s']:.2f} | {r['wall_s']:.2f} |"
                for r in m["rows"]]
-        ddp5, gc_off = m["rows"][-1]["cpu_s"], m["rows"][3]["cpu_s"]
+        ddp5 = m["rows"][-1]["cpu_s"]
         md += ["", f"A 2-process torchrun starts 3 Python processes that import torch (the agent and 2 workers): "
                f"{3 * imp:.1f} of step 1's {ddp5:.1f} CPU seconds ({3 * imp / ddp5:.0%}) are process starts. "
                f"Of an import's {imp:.2f}, {imp - gc_off:.2f} is Python's garbage collector scanning torch's "
                f"objects, during the import and at exit (the fourth row)."]
     c = data.get("account")
     if c:
+        imports = c["with_torch"] * m["torch_import"] if m else None
         md += ["", f"One full `make test` ({c['where']}), every process counted by Linux's process accounting: "
                f"{c['processes']:,} processes, {c['with_torch']} of which imported torch. Those used "
                f"{c['torch_processes_cpu_s']:,} of the run's {c['cpu_s']:,} CPU seconds "
                f"({c['torch_processes_cpu_s'] / c['cpu_s']:.0%})"
-               + (f"; importing torch and tearing it down alone comes to about {c['with_torch'] * m['torch_import']:,.0f} "
+               + (f"; importing torch and tearing it down alone comes to about {imports:,.0f} "
                   f"({c['with_torch']} x {m['torch_import']:.2f}, the second row above)" if m else "")
                + ". The test files that use most:", "",
                "| test file | processes | imported torch | CPU s |", "|---|---:|---:|---:|"]
         md += [f"| `{k}` | {v['processes']} | {v['with_torch']} | {v['cpu_s']} |"
                for k, v in list(c["files"].items())[:15]]
         if m:
-            saved = c["with_torch"] * (m["torch_import"] - m["rows"][3]["cpu_s"])
-            budget, imports = 15 * 60 * m["cores"], c["with_torch"] * m["torch_import"]
+            saved, budget = c["with_torch"] * (imp - gc_off), 15 * 60 * m["cores"]
             md += ["", f"15 minutes on {m['cores']} cores are {budget:,} core-seconds: "
                    + ("fewer than these imports of torch alone. " if budget < imports else
                       f"{budget - imports:,.0f} more than these imports of torch. ")
