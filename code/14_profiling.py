@@ -32,9 +32,21 @@ p.add_argument("--trace-dir", default="runs/14-trace", help="one folder per vari
 p.add_argument("--active", type=int, default=3, help="steps traced (after 1 skipped, 1 warm-up)")
 args = p.parse_args()
 variants = args.variants.split(",")
-if not set(variants) <= set(VARIANTS) or args.active < 1:
-    raise SystemExit(f"error: --variants {args.variants!r}: choose from {', '.join(VARIANTS)}; "
-                     f"--active must be >= 1 (got {args.active})")
+if not set(variants) <= set(VARIANTS):
+    raise SystemExit(f"error: --variants {args.variants!r}: choose from {', '.join(VARIANTS)}")
+if args.batch_size < 1:
+    raise SystemExit(f"error: --batch-size {args.batch_size}: must be >= 1")
+train, _ = load_dataset(args.dataset, args.data_dir)
+# One epoch, no more: its optimizer steps (len // batch or more, at every world size) must hold the
+# 1 skipped, the 1 warm-up and the traced ones.
+epoch = len(train) // args.batch_size
+if epoch < 3:
+    raise SystemExit(f"error: --batch-size {args.batch_size}: an epoch of {len(train):,} images has {epoch} "
+                     f"step(s) of it, the profiler needs 3 or more (1 skipped, 1 warm-up, 1 traced)")
+if not 1 <= args.active <= epoch - 2:
+    raise SystemExit(f"error: --active {args.active}: must be from 1 to {epoch - 2} (an epoch of "
+                     f"{len(train):,} images has {epoch} steps of --batch-size {args.batch_size}; the profiler "
+                     f"skips 1 and warms up 1)")
 try:  # before the process group: a trace that cannot be written is a one-line error, not a hang
     for v in variants:
         os.makedirs(os.path.join(args.trace_dir, v), exist_ok=True)
@@ -46,7 +58,6 @@ except OSError as e:
 
 rank, local_rank, world_size, device = setup_distributed(args.backend)
 torch.manual_seed(args.seed)
-train, _ = load_dataset(args.dataset, args.data_dir)
 sampler = DistributedSampler(train, seed=args.seed)
 # the CPU profiler always; on GPUs the kernels too (NCCL's all-reduce kernels on their own stream)
 activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])

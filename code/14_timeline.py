@@ -6,7 +6,11 @@ exposed) and a timeline picture, one lane per thread, the all-reduce on its own 
     python code/14_timeline.py runs/14-trace/default --png default.png # and the picture
 
 CPU traces (gloo): communication is gloo's all_reduce on gloo's own threads, compute is the
-operators of the other threads. GPU traces: NCCL's kernels against the other kernels.
+operators of the other threads. GPU traces: NCCL's kernels against the other kernels. With the
+CUDA activity the profiler writes each record_function range twice: on the CPU thread that ran
+it (cat "user_annotation") and again over the kernels it launched (cat "gpu_user_annotation",
+on the GPU's streams). The ranges and steps are counted from the CPU's; a GPU trace's step is
+the span of its GPU copies, since a step's kernels run after the CPU launched them.
 """
 import argparse
 import glob
@@ -62,6 +66,16 @@ def intersect(a, b):
     return [(max(s, t), min(f, g)) for s, f in a for t, g in b if max(s, t) < min(f, g)]
 
 
+def on_cpu(e):
+    """Not the GPU's copy of a range (the CPU's has cat "user_annotation", or "cpu_op" in older traces)."""
+    return e.get("cat") != "gpu_user_annotation"
+
+
+def profiler_steps(events):
+    """The CPU's ProfilerStep#N ranges, in order."""
+    return sorted((e for e in events if e["name"].startswith("ProfilerStep#") and on_cpu(e)), key=lambda e: e["ts"])
+
+
 def steps(events):
     """One row per traced step (ProfilerStep#N): times in ms, counts of calls and ranges."""
     gpu = any(e.get("cat") == "kernel" for e in events)
@@ -70,15 +84,18 @@ def steps(events):
     work = [e for e in events if (e.get("cat") == "kernel" and not is_comm(e, gpu) if gpu
                                   else e.get("cat") == "cpu_op" and e["tid"] not in comm_threads)]
     rows = []
-    for step in sorted((e for e in events if e["name"].startswith("ProfilerStep#")), key=lambda e: e["ts"]):
+    for step in profiler_steps(events):
         s, f = step["ts"], step["ts"] + step["dur"]
+        inside = [e for e in events if s <= e["ts"] < f and on_cpu(e)]
+        copies = [e for e in events if e["name"] == step["name"] and not on_cpu(e)]
+        if copies:  # GPU trace: the step as the GPU ran it, from its first kernel to its last
+            s, f = min(e["ts"] for e in copies), max(e["ts"] + e["dur"] for e in copies)
 
         def clip(es):
             return union((max(s, e["ts"]), min(f, e["ts"] + e["dur"])) for e in es
                          if e["ts"] < f and e["ts"] + e["dur"] > s)
         busy, comm = clip(work), clip(comm_events)
         overlapped = length(intersect(comm, busy))
-        inside = [e for e in events if s <= e["ts"] < f]
         rows.append(dict(step=int(step["name"].split("#")[1]), step_ms=(f - s) / 1e3,
                          compute_ms=length(busy) / 1e3, comm_ms=length(comm) / 1e3,
                          overlapped_ms=overlapped / 1e3, exposed_ms=(length(comm) - overlapped) / 1e3,
@@ -107,12 +124,12 @@ def lanes(traces):
     out = []
     for rank, events in traces.items():
         gpu = any(e.get("cat") == "kernel" for e in events)
-        first = min((e for e in events if e["name"].startswith("ProfilerStep#")), key=lambda e: e["ts"])
+        first = profiler_steps(events)[0]
         t0, main = first["ts"], first["tid"]
         busy = [{"ts": s, "dur": f - s} for s, f in union((e["ts"], e["ts"] + e["dur"]) for e in events
                                                           if e["tid"] == main and e.get("cat") == "cpu_op")]
         out.append((f"rank {rank} main thread", [(e, e["name"]) for e in events
-                                                 if e["tid"] == main and e["name"] in RANGES]
+                                                 if e["tid"] == main and e["name"] in RANGES and on_cpu(e)]
                     + [(e, "operators") for e in busy], t0))
         for i, tid in enumerate(sorted({e["tid"] for e in events if is_comm(e, gpu)})):
             out.append((f"rank {rank} {'NCCL stream' if gpu else 'gloo thread'} {i + 1}",
@@ -129,10 +146,9 @@ def draw(traces, title, ax):
             if spans:
                 ax.broken_barh(spans, (y - 0.35, 0.18) if kind == "operators" else (y - 0.35, 0.7), color=color)
     for rank, events in traces.items():
-        t0 = min(e["ts"] for e in events if e["name"].startswith("ProfilerStep#"))
-        for e in events:
-            if e["name"].startswith("ProfilerStep#"):
-                ax.axvline((e["ts"] + e["dur"] - t0) / 1e3, color="black", lw=0.8, ls=":")
+        t0 = profiler_steps(events)[0]["ts"]
+        for e in profiler_steps(events):
+            ax.axvline((e["ts"] + e["dur"] - t0) / 1e3, color="black", lw=0.8, ls=":")
         break  # rank 0's boundaries: the ranks' steps line up within the all-reduce's wait
     ax.set_yticks(range(len(rows)), [label for label, _, _ in reversed(rows)])
     ax.set_xlabel("ms since the first traced step")

@@ -1,12 +1,14 @@
-"""Step 14: the trace reader's numbers on a trace whose answer is known, the sweep's report from
-rows whose efficiencies are known, the one-line errors for bad input, and the committed figures
-being the ones the executed notebook drew. The real traces and the real chain run in
-notebooks/14-profiling.ipynb."""
+"""Step 14: the trace reader's numbers on traces whose answer is known (a CPU one, and one in the
+shape the profiler writes with the CUDA activity), the sweep's report from rows whose efficiencies
+are known and from NCCL logs of the three networks, the benchmark's timed window, the one-line
+errors for bad input, and the committed figures being the ones the executed notebook drew. The
+real traces and the real chain run in notebooks/14-profiling.ipynb."""
 import base64
 import importlib
 import json
 import os
 import re
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +16,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "tests" / "data-14"  # a GPU trace and NCCL logs, in the shapes the real ones have
 sys.path.insert(0, str(ROOT / "code"))
 timeline = importlib.import_module("14_timeline")
 
@@ -47,6 +50,23 @@ def test_the_table_of_a_known_trace():
     assert [label for label, _, _ in timeline.lanes({0: STEP})] == ["rank 0 main thread", "rank 0 gloo thread 1"]
 
 
+def test_the_table_of_a_gpu_trace():
+    """With the CUDA activity every range has a GPU copy (gpu_user_annotation) on each stream its
+    kernels ran on, ProfilerStep#2 too: one row, each range once, the kernels within the GPU's span
+    of the step (100-1100 us; the CPU's is 0-950). Kernels 110-200, 210-600, 650-800, 900-1100;
+    NCCL's all-reduce 550-750 overlaps 550-600 and 650-750, and 600-650 is exposed."""
+    (events,) = timeline.load(DATA / "gpu-trace").values()
+    (row,) = timeline.steps(events)
+    assert row["step"] == 2 and row["step_ms"] == pytest.approx(1.0)
+    assert (row["compute_ms"], row["comm_ms"]) == (pytest.approx(0.83), pytest.approx(0.2))
+    assert (row["overlapped_ms"], row["exposed_ms"]) == (pytest.approx(0.15), pytest.approx(0.05))
+    assert row["all_reduces"] == 1 and row["ranges"] == {"data": 1, "forward": 1, "backward": 1, "optimizer": 1}
+    lanes = timeline.lanes({0: events})
+    assert [label for label, _, _ in lanes] == ["rank 0 main thread", "rank 0 NCCL stream 1"]
+    assert sorted(k for _, k in lanes[0][1] if k != "operators") == ["backward", "data", "forward", "optimizer"]
+    assert len(timeline.table({0: events})) == 2  # the header and one step
+
+
 def test_a_trace_too_large_to_draw(tmp_path):
     (tmp_path / "rank0.json").write_text(json.dumps({"traceEvents": STEP * 300}))  # about 0.25 MB
     assert timeline.load(tmp_path, max_mb=1)[0][:1] == STEP[:1]
@@ -60,20 +80,65 @@ def test_a_trace_folder_that_cannot_be_written(tmp_path):
     one_error_line(r, f"error: cannot write traces to --trace-dir {tmp_path}/file/traces (Not a directory)")
 
 
-def fake_chain(out, sizes, transport=""):
+def one_process():
+    """The environment torchrun gives a world of one process."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return {**os.environ, "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1",
+            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1"}
+
+
+@pytest.mark.parametrize("active", ["14", "0"])
+def test_more_traced_steps_than_an_epoch_has(tmp_path, active):
+    """1,440 images in steps of 96: 15 steps, 1 skipped, 1 warm-up, at most 13 traced; one line, before
+    the process group (the loop would otherwise run out of batches: StopIteration)."""
+    r = run("code/14_profiling.py", "--active", active, "--trace-dir", str(tmp_path), env=one_process())
+    one_error_line(r, f"error: --active {active}: must be from 1 to 13 (an epoch of 1,440 images has 15 steps "
+                      "of --batch-size 96; the profiler skips 1 and warms up 1)")
+    assert not list(tmp_path.iterdir())  # stopped before it made the trace folders
+
+
+def test_the_benchmark_times_its_window(tmp_path):
+    """--seconds: each mode runs about that long after its warm-up, and the row says when (the
+    sweep keeps the GPU-use samples of these windows) and how long (the step times come from it)."""
+    r = run("code/14_scaling.py", "--image-size", "8", "--batch", "16", "--seconds", "1",
+            "--out", str(tmp_path / "row.json"), env=one_process())
+    assert r.returncode == 0, r.stderr
+    assert re.search(r"^1 processes on 1 node\(s\), backend gloo, device cpu: strong \(global batch 16\) and "
+                     r"weak \(16 per process\), \d+ and \d+ steps, about 1 s each$", r.stdout, re.M), r.stdout
+    row = json.loads((tmp_path / "row.json").read_text())
+    (s0, s1), (w0, w1) = row["strong"]["window"], row["weak"]["window"]
+    assert s0 < s1 <= w0 < w1
+    for m in ("strong", "weak"):
+        m = row[m]
+        assert m["steps"] >= 10 and 0.5 < m["seconds"] <= m["window"][1] - m["window"][0] + 0.01
+        assert m["step_s"] == pytest.approx(m["seconds"] / m["steps"])
+        assert m["images_per_s"] == pytest.approx(16 * m["steps"] / m["seconds"])
+
+
+T0 = 1_764_000_000  # the jobs' clock (epoch seconds)
+
+
+def fake_chain(out, sizes, log=None):
     """A sweep's folder as its jobs leave it: per GPU, 100 images/s strong and weak at every size
-    times `scale` (1 = perfect), and each job's log."""
+    times `scale` (1 = perfect), 100 timed steps each; each job's log (IB unless `log`); and GPU
+    use sampled before (start-up: 0 %), during (97 %, 99 %) and after (5 %) the timed steps."""
     jobs = []
     for i, (nodes, gpn, scale) in enumerate(sizes):
         job, gpus = str(1000 + i), nodes * gpn
         thr = 100.0 * gpus * scale
+        strong, weak = 100 * 1024 / thr, 100 * 1024 * gpus / thr  # seconds of 100 steps
         row = dict(nodes=nodes, gpus=gpus, backend="nccl", device="cuda", torch="2.10", cuda="12.8", hip=None,
-                   nccl="2.27.3", python="3.12", image_size=28, steps=50,
-                   strong=dict(global_batch=1024, step_s=1024 / thr, images_per_s=thr),
-                   weak=dict(global_batch=1024 * gpus, step_s=1024 * gpus / thr, images_per_s=thr))
+                   nccl="2.27.3", python="3.12", image_size=28,
+                   strong=dict(global_batch=1024, steps=100, seconds=strong, window=[T0 + 60, T0 + 60 + strong],
+                               step_s=strong / 100, images_per_s=thr),
+                   weak=dict(global_batch=1024 * gpus, steps=100, seconds=weak,
+                             window=[T0 + 61 + strong, T0 + 61 + strong + weak], step_s=weak / 100, images_per_s=thr))
         (out / f"{job}.json").write_text(json.dumps(row))
-        (out / f"job-{job}.out").write_text(f"r01g01:1:1 [0] NCCL INFO NET/{transport or 'IB'} : Using ...\n")
-        (out / f"util-{job}.txt").write_text("97\n99\n")
+        (out / f"job-{job}.out").write_text(log or (DATA / "nccl-ib.log").read_text())
+        (out / f"util-{job}.txt").write_text(f"{T0 + 10},0\n{T0 + 70},97\n{T0 + 62 + strong},99\n"
+                                             f"{T0 + 90 + strong + weak},5\n")
         jobs.append(dict(job=job, nodes=nodes, gpus_per_node=gpn))
     (out / "jobs.json").write_text(json.dumps(dict(sbatch="slurm/14-scaling.sbatch", bench=[], jobs=jobs)))
 
@@ -89,7 +154,10 @@ def test_the_report_passes_three_node_counts_at_75_percent(tmp_path):
     fake_chain(tmp_path, [(1, 1, 1.0), (1, 4, 0.95), (2, 4, 0.9), (4, 4, 0.8)])
     out, report = collect(tmp_path)
     assert out.splitlines()[-1] == "verdict: PASS"
-    assert "| 1003 | 4 | 16 | ? | ? | 800.00 | 1280 | 80% | 12800.00 | 1280 | 80% | 98 % | NCCL NET/IB |" in report
+    # steps, timed s, step ms, images/s, efficiency, for strong then weak; GPU use of the timed steps only
+    assert ("| 1003 | 4 | 16 | ? | ? | 100 | 80.00 | 800.00 | 1280 | 80% | 100 | 1280.00 | 12800.00 | 1280 | 80% "
+            "| 98 % | NCCL network IB |") in report
+    assert "Baseline: job 1000, 1 node(s) x 1 GPU(s). Efficiency = images/s per GPU against the baseline's" in report
     assert "Verdict (CSC's gpularge test): PASS" in report and "#SBATCH --partition=gputest" in report
     assert (tmp_path / "scaling.png").stat().st_size > 10000
 
@@ -98,12 +166,45 @@ def test_the_report_fails_with_two_node_counts_below_75_percent_or_over_sockets(
     fake_chain(tmp_path, [(1, 4, 1.0), (2, 4, 1.0)])
     assert collect(tmp_path)[0].splitlines()[-1] == "verdict: FAIL: 2 node count(s) (1, 2), CSC asks for at least 3"
     fake_chain(tmp_path, [(1, 4, 1.0), (2, 4, 0.9), (4, 4, 0.7)])
-    assert collect(tmp_path)[0].splitlines()[-1] == "verdict: FAIL: strong scaling below 75% at 4 nodes"
-    fake_chain(tmp_path, [(1, 4, 1.0), (2, 4, 0.9), (4, 4, 0.9)], transport="Socket")
+    assert collect(tmp_path)[0].splitlines()[-1] == ("verdict: FAIL: strong scaling below 75% of the baseline's "
+                                                     "images/s per GPU at 4 node(s) (70%)")
+    fake_chain(tmp_path, [(1, 4, 1.0), (2, 4, 0.9), (4, 4, 0.9)], log=(DATA / "nccl-socket-fallback.log").read_text())
     out, report = collect(tmp_path)
     assert out.splitlines()[-1] == ("verdict: FAIL: multi-node rows ran over TCP sockets, not the fast network: "
                                     "not to be trusted")
-    assert "NCCL NET/Socket (not to be trusted) |" in report
+    assert "| NCCL network Socket (not to be trusted) |" in report
+
+
+def test_one_baseline_for_the_table_and_the_verdict(tmp_path):
+    """Whole nodes scale perfectly against 1 node, but each of their GPUs does 70 % of the work of
+    the sweep's single GPU: the table says 70 %, and so must the verdict."""
+    fake_chain(tmp_path, [(1, 1, 1.0), (1, 4, 0.7), (2, 4, 0.7), (4, 4, 0.7)])
+    out, report = collect(tmp_path)
+    assert out.splitlines()[-1] == ("verdict: FAIL: strong scaling below 75% of the baseline's images/s per GPU "
+                                    "at 1 node(s) (70%), 2 node(s) (70%), 4 node(s) (70%)")
+    assert "Baseline: job 1000, 1 node(s) x 1 GPU(s)." in report
+    assert "| 1002 | 2 | 8 | ? | ? | 100 | 182.86 | 1828.57 | 560 | 70% |" in report
+
+
+@pytest.mark.parametrize("log, transport, verdict", [
+    ("nccl-ib.log", "NCCL network IB", "PASS"),
+    ("rccl-ofi-lumi.log", "NCCL network AWS Libfabric", "PASS"),
+    ("nccl-socket-fallback.log", "NCCL network Socket",
+     "FAIL: multi-node rows ran over TCP sockets, not the fast network: not to be trusted"),
+    (None, "NCCL (no 'Using network' line: set NCCL_DEBUG=INFO)",
+     "FAIL: multi-node rows name no network (their logs lack NCCL's INFO lines): not to be trusted")])
+def test_the_transport_is_the_network_nccl_chose(tmp_path, log, transport, verdict):
+    """NCCL's `Using network <name>` line, not the first NET/ word: NET/Plugin comes first, and
+    "NET/IB : No device found." before the fallback to sockets. Within one node any network will
+    do; across nodes only a named one that is not TCP."""
+    text = (DATA / log).read_text() if log else "8 processes on 2 node(s), backend nccl, device cuda: ...\n"
+    fake_chain(tmp_path, [(1, 4, 1.0), (2, 4, 0.9), (4, 4, 0.9)], log=text)
+    out, report = collect(tmp_path)
+    assert out.splitlines()[-1] == f"verdict: {verdict}"
+    untrusted = 0 if verdict == "PASS" else 2
+    assert report.count(f"| {transport} |") == 3 - untrusted
+    assert report.count(f"| {transport} (not to be trusted) |") == untrusted
+    assert "| 1002 | 4 | 16 | ? | ? | 100 | 71.11 | 711.11 | 1440 | 90% |" in report
 
 
 def test_a_sweep_larger_than_the_partition(cluster, tmp_path):
