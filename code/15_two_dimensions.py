@@ -221,7 +221,8 @@ for i, (x, y) in enumerate(loader):
         break
     x, y = x.to(device), y.to(device)
     if tp_group is not None:  # do the processes of this TP group hold the same batch?
-        sums = [torch.zeros(1, dtype=torch.float64) for _ in range(args.tp)]
+        # every tensor a collective sees lives on `device`: nccl has no backend for CPU tensors
+        sums = [torch.zeros(1, dtype=torch.float64, device=device) for _ in range(args.tp)]
         dist.all_gather(sums, x.double().sum().reshape(1), group=tp_group)
         same_batch &= all(torch.equal(s, sums[0]) for s in sums)
     comm = CommBytes(mesh) if args.comm and i == step and world_size > 1 else contextlib.nullcontext()
@@ -232,7 +233,7 @@ for i, (x, y) in enumerate(loader):
     opt.step()
     if isinstance(comm, CommBytes):
         show_comm(comm.table)
-    total = torch.tensor([loss.item()], dtype=torch.float64)
+    total = torch.tensor([loss.item()], dtype=torch.float64, device=device)
     dist.all_reduce(total)  # the mean over processes (the members of a TP group agree)
     losses.append(total.item() / world_size)
     if rank == 0:  # the same step in one process, on the whole global batch
@@ -250,7 +251,7 @@ for i, (x, y) in enumerate(loader):
 
 # What the TP group shares: its batch, and the weights that TP does not split (norms,
 # embedding, head), which FSDP shards over dp only: one copy per member of the group.
-flags = torch.tensor([same_batch, True], dtype=torch.float64)
+flags = torch.tensor([same_batch, True], dtype=torch.float64, device=device)
 for t in model.parameters():
     if isinstance(t, DTensor) and t.device_mesh.ndim == 1 and tp_group is not None:
         copies = [torch.empty_like(t.to_local()) for _ in range(args.tp)]

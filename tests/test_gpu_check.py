@@ -174,3 +174,61 @@ def test_the_stored_h100_results_are_the_imported_pieces(tmp_path):
     status = {e["name"]: e["status"] for e in stored["entries"]}
     assert status["09_reliability_resume@1"] == "fail" and status["11_talk@1"] == "skip"
     assert stored["driver"] == "580.159.04" and stored["torch"] == "2.11.0+cu130" and stored["date"] == "2026-11-27"
+
+
+def test_every_script_of_code_has_an_entry_or_a_reason():
+    """A new script in code/ fails here until an entry runs it or NOT_COVERED says why not."""
+    assert gpu_check.uncovered() == []
+    assert gpu_check.uncovered(["code/01_ddp.py", "code/09_trials.py", "code/16_new.py"]) == ["code/16_new.py"]
+    for script in gpu_check.NOT_COVERED:
+        assert (ROOT / script).exists(), script
+
+
+def test_two_process_entries_and_claims_for_at_most_two_processes():
+    """15_pipeline runs 2 processes whatever the GPU count; step 9's bitwise resume is claimed (fails
+    when it differs) with one or two processes only, and is an observation with more."""
+    for gpus, skipped in [(1, True), (2, False), (8, False)]:
+        todo = {name: (n, skip) for name, _, n, skip in gpu_check.instances(gpu_check.ENTRIES, [1, gpus], gpus, False)}
+        assert todo["15_pipeline@2"][0] == 2 and (todo["15_pipeline@2"][1] is not None) == skipped, todo
+    e = gpu_check.Entry("x", "09", [], same=[("resume", 0, 1, "two")])
+    def rec(n):
+        return {"world_size": n, "commands": [{"figures": {"weights sha256": s}} for s in "ab"], "figures": {}}
+    for n in (None, 1, 2):
+        assert gpu_check.compare_weights(rec(n), e, smoke=False) == \
+            "resume False: a vs b, which the pages claim (for at most two processes)"
+    four = rec(4)
+    assert gpu_check.compare_weights(four, e, smoke=False) is None and four["figures"] == {"resume": "differ"}
+    step9 = next(e for e in gpu_check.ENTRIES if e.name == "09_reliability_resume")
+    assert [c for *_, c in step9.same] == ["cpu", "two"]
+
+
+def trace(folder, rank, steps, calls, micro=1):
+    """A fake trace file: `steps` steps of 100 us, `micro` data/forward/backward ranges each and one
+    optimizer, `calls` gloo all-reduces of 10 us inside the backward range."""
+    x = lambda name, tid, ts, dur, cat="user_annotation": {"ph": "X", "name": name, "tid": tid, "pid": 1,  # noqa: E731
+                                                            "ts": ts, "dur": dur, "cat": cat}
+    events = []
+    for s in range(steps):
+        t = 1000 * s
+        events += [x(f"ProfilerStep#{s + 2}", 1, t, 100), x("optimizer", 1, t + 90, 10),
+                   x("aten::mm", 1, t, 60, "cpu_op")]
+        events += [x(r, 1, t + 20 * m + i, 5) for m in range(micro)
+                   for i, r in enumerate(("data", "forward", "backward"))]
+        events += [x("gloo:all_reduce", 2, t + 50 + 10 * c, 10) for c in range(calls)]
+    (folder / f"rank{rank}.json").parent.mkdir(parents=True, exist_ok=True)
+    (folder / f"rank{rank}.json").write_text(json.dumps({"traceEvents": events}))
+
+
+def test_step14_structure_judges_what_the_page_claims(tmp_path):
+    def make(no_sync_calls):
+        for rank in (0, 1):
+            trace(tmp_path / "trace/default", rank, 3, 1)
+            trace(tmp_path / "trace/small-buckets", rank, 3, 4)
+            trace(tmp_path / "trace/no-sync", rank, 3, no_sync_calls, micro=4)
+    make(1)
+    figures, reason = gpu_check.step14_structure(tmp_path, 2, False)
+    assert reason is None and figures["small-buckets: all-reduces per step"] == "[4]", figures
+    assert figures["no-sync: ranges per step (data, forward, backward, optimizer)"] == "[(4, 4, 4, 1)]"
+    make(2)  # no_sync() that all-reduces twice per optimizer step: the page says once
+    assert "no-sync: all-reduces per step [2], the page says 1" in gpu_check.step14_structure(tmp_path, 2, False)[1]
+    assert gpu_check.step14_structure(tmp_path, 1, False)[1] is None  # one process: the counts are shown, not claimed

@@ -104,8 +104,14 @@ def test_a_rank_that_dies_at_start_up_ends_the_job(cluster, path, tmp_path):
 # torchrun's --numa-binding needs the numactl command where torchrun runs (PyTorch 2.10 stops
 # without it: "numactl CLI is required for NUMA binding"). The scripts that bind ask torchrun's
 # own Python (the module's, or the container's) and leave the option out, with a notice, if not.
-NUMA_SCRIPTS = ["slurm/01-ddp.sbatch", "slurm/01-ddp-lumi.sbatch", "slurm/05-multinode-torchrun.sbatch",
-                "slurm/05-multinode-torchrun-lumi.sbatch"]
+# Every batch file that names the option, read from the files, so that a new one is checked too.
+NUMA_SCRIPTS = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "slurm").glob("*.sbatch")
+                      if "--numa-binding" in p.read_text())
+
+
+def test_numa_scripts_are_the_steps_the_page_names():
+    # docs/05-multinode.md: "Steps 1, 5 and 15 bind"; also keeps the list below from being empty
+    assert {Path(p).name[:2] for p in NUMA_SCRIPTS} == {"01", "05", "15"}, NUMA_SCRIPTS
 
 
 @pytest.mark.parametrize("path", NUMA_SCRIPTS)
