@@ -298,8 +298,129 @@ def sharding():
                "three 1/4 per rank.", y + 56, out)
 
 
+# (e) The collectives page: what each rank holds before and after each collective, 4 ranks.
+# Rank r's tensor is 4 pieces, A0..A3 on rank 0, B0..B3 on rank 1 and so on, coloured by the
+# rank they started on; Σj is the sum of every rank's j-th piece (grey: it mixes all ranks).
+LETTERS = "ABCD"
+CELL, GAP = 38, 4
+
+
+def piece(r, j):
+    return (f"{LETTERS[r]}{j}", f"r{r}")
+
+
+def whole(r):
+    return [piece(r, j) for j in range(4)]
+
+
+def only(j, cell):
+    return [cell if i == j else None for i in range(4)]
+
+
+def summed(j):
+    return (f"Σ{j}", "box")
+
+
+def tensors(out, x0, y, rows):
+    """Each rank's pieces in a row of cells; None: a piece this rank does not hold."""
+    for r, cells in enumerate(rows):
+        for j, c in enumerate(cells):
+            x = x0 + j * (CELL + GAP)
+            if c is None:
+                out.append(rect(x, y + r * 36, CELL, 28, "empty"))
+            else:
+                out.append(rect(x, y + r * 36, CELL, 28, c[1]))
+                out.append(text(x + CELL / 2, y + r * 36 + 19, c[0], 13, anchor="middle", weight="bold"))
+
+
+def collective(title, note, stages, footer, desc):
+    """Rank labels, then the stages (header, rows) left to right with an arrow between them."""
+    out, y = [], 20
+    out.append(text(20, y + 12, title, 15, weight="bold"))
+    for k, line in enumerate(note):
+        out.append(text(20, y + 36 + 18 * k, line, 13, cls="mute"))
+    y += 36 + 18 * len(note) + 8
+    width = 4 * (CELL + GAP) - GAP
+    step = min(290, (W - 24 - 86 - width) / max(1, len(stages) - 1))  # the last ends 24 px in
+    xs = [86 + k * step for k in range(len(stages))]
+    for r in range(4):
+        out.append(text(20, y + 30 + r * 36, f"rank {r}", 14, weight="bold"))
+    for k, ((head, rows), x) in enumerate(zip(stages, xs)):
+        out.append(text(x + width / 2, y, head, 13, anchor="middle", weight="bold"))
+        tensors(out, x, y + 11, rows)
+        if k:
+            out.append(arrow(xs[k - 1] + width + 8, y + 11 + 2 * 36 - 4, x - 8, y + 11 + 2 * 36 - 4))
+    y += 11 + 4 * 36 + 12
+    for line in footer:
+        y += 18
+        out.append(text(20, y, line, 13, cls="mute"))
+    return svg(title, desc, y + 18, out)
+
+
+def broadcast():
+    return collective(
+        "broadcast: one rank's tensor to every rank",
+        ["Rank 0 sends; the others' tensors are overwritten."],
+        [("before", [whole(0)] + [[None] * 4] * 3), ("after broadcast", [whole(0)] * 4)],
+        ["Used by: DDP copying rank 0's initial weights to every rank (step 1)."],
+        "Before: rank 0 holds pieces A0 to A3, ranks 1 to 3 hold nothing that matters. "
+        "After: every rank holds A0, A1, A2, A3.")
+
+
+def all_gather():
+    return collective(
+        "all-gather: every rank's piece, to every rank",
+        ["Each rank holds one piece; afterwards each holds all of them, in rank order."],
+        [("before", [only(r, piece(r, r)) for r in range(4)]),
+         ("after all-gather", [[piece(j, j) for j in range(4)]] * 4)],
+        ["Used by: ZeRO-3 and FSDP2 gathering a block's whole weights before its forward",
+         "and backward (steps 6 and 12)."],
+        "Before: rank 0 holds A0, rank 1 B1, rank 2 C2, rank 3 D3. After: every rank holds "
+        "A0, B1, C2, D3.")
+
+
+def reduce_scatter():
+    return collective(
+        "reduce-scatter: sum over ranks, each rank keeps one piece",
+        ["Σ0 = A0 + B0 + C0 + D0, Σ1 = A1 + B1 + C1 + D1, and so on."],
+        [("before", [whole(r) for r in range(4)]),
+         ("after reduce-scatter", [only(r, summed(r)) for r in range(4)])],
+        ["Used by: ZeRO-2, ZeRO-3 and FSDP2 for the gradients: each rank gets the summed",
+         "gradient of the parameters it updates (steps 6 and 12)."],
+        "Before: rank r holds four pieces of its own. After: rank 0 holds sigma 0, the sum of "
+        "every rank's piece 0, rank 1 holds sigma 1, and so on.")
+
+
+def all_to_all():
+    return collective(
+        "all-to-all: rank i sends its j-th piece to rank j",
+        ["A transpose across ranks: every rank sends a different piece to each rank."],
+        [("before", [whole(r) for r in range(4)]),
+         ("after all-to-all", [[piece(i, j) for i in range(4)] for j in range(4)])],
+        ["Used by: mixture-of-experts, sending each token to its expert's rank, and",
+         "sequence parallel (Ulysses), trading a split by sequence for a split by heads."],
+        "Before: rank 0 holds A0 to A3, rank 1 B0 to B3, and so on. After: rank 0 holds A0, B0, "
+        "C0, D0, rank 1 holds A1, B1, C1, D1, and so on.")
+
+
+def all_reduce_parts():
+    return collective(
+        "all-reduce = reduce-scatter, then all-gather",
+        ["The whole sum on every rank, in two halves that each move (n-1)/n of the tensor."],
+        [("before", [whole(r) for r in range(4)]),
+         ("after reduce-scatter", [only(r, summed(r)) for r in range(4)]),
+         ("after all-gather", [[summed(j) for j in range(4)]] * 4)],
+        ["Used by: DDP for the gradients (step 1), tensor parallel for partial sums (step 15).",
+         "A ring all-reduce runs these two halves: 2(n-1)/n of the tensor per rank."],
+        "Before: rank r holds four pieces of its own. After the reduce-scatter rank r holds "
+        "sigma r; after the all-gather every rank holds sigma 0 to sigma 3, the all-reduce's result.")
+
+
 DIAGRAMS = {"launch-patterns": launch, "sampler-padding": sampler,
-            "ddp-allreduce": allreduce, "zero-fsdp2-per-rank": sharding}
+            "ddp-allreduce": allreduce, "zero-fsdp2-per-rank": sharding,
+            "collective-broadcast": broadcast, "collective-all-gather": all_gather,
+            "collective-reduce-scatter": reduce_scatter, "collective-all-to-all": all_to_all,
+            "collective-all-reduce": all_reduce_parts}
 
 
 def main(argv=None):
