@@ -6,14 +6,25 @@ once, on every rank, after the model, the loader and its sampler exist:
     import ddp_check
     ddp_check.check(model, loader, global_batch=args.batch_size)
 
+A script without a loader (each rank draws its own batches, as GPT-style scripts do from a
+token file) passes loader=None; the checks then read the training itself.
+
 Rank 0 prints the lines (an exits warning: the rank that waits); each begins with
 `ddp_check:` and says `ok`, `note`, `warning` or `PROBLEM`:
 
 - world    the processes vs what Slurm allocated (tasks, nodes, GPUs) and how they started;
-- shards   whether every rank's loader yields samples of its own;
+- shards   whether every rank's loader yields samples of its own; without a sampler to read
+           (loader=None, an IterableDataset), whether the ranks' first batches differ (a hash
+           of each rank's first training input, compared at the first training forward);
 - epoch    whether the sampler gets a new epoch (said again if an epoch repeats its order);
-- batch    the global batch (all ranks' per-rank batches) vs the one you meant;
-- replicas whether all copies of the model are equal after a training step;
+- batch    the global batch (ranks x micro-batches per optimizer step x micro-batch) vs the
+           one you meant; the micro-batches are the training forwards counted up to the first
+           optimizer step, since the gradients were last set to None (zero_grad), and the
+           micro-batch is the loader's batch size, or the first input's first dimension;
+           said at once where the loader's batches alone make the batch you meant, else at
+           the first optimizer step (and said again there if the steps accumulate);
+- replicas whether all copies of the model are equal after the first optimizer step (of any
+           torch.optim optimizer that holds the model's parameters);
 - exits    a rank that stops training (model.eval(), barrier, destroy_process_group) and
            waits there while others have not stopped says so after exit_timeout, and again
            if it moves on (a save or evaluation on rank 0 alone); with end_job=True it ends
@@ -21,11 +32,13 @@ Rank 0 prints the lines (an exits warning: the rank that waits); each begins wit
 - threads  CPU threads per process vs the cores each process has;
 - workers  the loader's worker processes per rank vs those cores.
 
-It adds no work to the training steps but one comparison after the first step; each stop
-writes one key to the process group's store (a private PyTorch call, _get_default_store) and
-starts a short-lived watcher thread. With end_job=True, exit_timeout= (300 s) must exceed what
-some ranks do alone (a rank-0-only evaluation or checkpoint). It does not see evaluation: a
-metric computed on one rank's shard, or on a padded one, and printed as global is not reported.
+It adds no work to the training steps but, up to the first optimizer step, a look at one
+gradient per forward, a hash of the first batch where there is no sampler to read, and one
+comparison after that step; each stop writes one key to the process group's store (a private
+PyTorch call, _get_default_store) and starts a short-lived watcher thread. With end_job=True,
+exit_timeout= (300 s) must exceed what some ranks do alone (a rank-0-only evaluation or
+checkpoint). It does not see evaluation: a metric computed on one rank's shard, or on a padded
+one, and printed as global is not reported.
 """
 import os
 import socket
@@ -35,6 +48,7 @@ import zlib
 
 import torch
 import torch.distributed as dist
+from torch.optim.optimizer import register_optimizer_step_post_hook
 
 _state = {"steps": 0, "progress": 0, "stops": 0}  # training steps, anything done, stops
 
@@ -92,9 +106,15 @@ def _indices(sampler):
 
 
 def _shards(loader, epoch):
+    """Says the shards and epoch lines from the sampler; True when there is none to read, and
+    the ranks' first batches are compared instead (at the first training forward)."""
+    if loader is None:
+        _say("epoch", "note", "no loader (loader=None): no sampler or epochs to check; the "
+             "ranks' first batches are compared at the first training step")
+        return True
     sampler = getattr(loader, "sampler", None)
     if sampler is None or type(sampler).__name__ == "_InfiniteConstantSampler":
-        return _say("shards", "note", "an IterableDataset: make sure each rank reads its own part")
+        return True  # an IterableDataset, or a loader of its own kind
     mine = _indices(sampler)
     everyone = _gather((zlib.crc32(repr(mine).encode()), len(mine), mine[:4096]))
     world = len(everyone)
@@ -136,37 +156,103 @@ def _watch_epochs(sampler):
     sampler.__class__ = type(cls.__name__, (cls,), {"__iter__": __iter__})
 
 
-def _batch(loader, global_batch):
-    batch = loader.batch_size or getattr(loader.batch_sampler, "batch_size", None)
-    sizes = _gather(batch)
-    if None in sizes:
-        return _say("batch", "note", "batches come from a custom batch sampler: not checked")
-    total = sum(sizes)
-    what = f"{total} = {len(sizes)} x {sizes[0]}" if len(set(sizes)) == 1 else f"{total} = {sizes}"
+def _tensors(value):
+    """The tensors in a forward's arguments (tensors, lists, tuples, dicts of them)."""
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _tensors(v)
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _tensors(v)
+
+
+def _first_batches(inputs):
+    """Compares a hash of every rank's first training input: equal ones mean ranks that draw the
+    same batches (the same seed everywhere, no sharding), which no error reveals."""
+    crc = None
+    for t in _tensors(inputs):
+        data = t.detach().reshape(-1).cpu().view(torch.uint8)  # its bytes, whatever its dtype
+        crc = zlib.crc32(data.numpy().tobytes(), crc or 0)
+    hashes = _gather(crc)
+    world = len(hashes)
+    same = sorted(r for r, h in enumerate(hashes) if hashes.count(h) > 1)
+    if None in hashes:
+        _say("shards", "note", "the first training forward has no tensor input: not checked")
+    elif world > 1 and len(set(hashes)) == 1:
+        _say("shards", "PROBLEM", f"all {world} ranks' first batches are equal: every rank trains "
+             f"on the same data, {world} times the work. Give each rank its own seed (seed + rank) "
+             "or its own part of the data")
+    elif same:
+        _say("shards", "PROBLEM", f"ranks {', '.join(map(str, same))} drew equal first batches: "
+             "give each rank its own seed (seed + rank) or its own part of the data")
+    else:
+        _say("shards", "ok", f"each of {world} ranks drew its own first batch (a hash of each "
+             "rank's first training input)")
+
+
+def _batch_sizes(loader):
+    """Every rank's batch size from its loader (None where the loader does not say)."""
+    batch = getattr(loader, "batch_size", None) or getattr(
+        getattr(loader, "batch_sampler", None), "batch_size", None)
+    return _gather(batch)
+
+
+def _batch(sizes, steps, global_batch):
+    """The batch line from every rank's micro-batch and micro-batches per optimizer step."""
+    total = sum(s * n for s, n in zip(sizes, steps))
+    if len(set(sizes)) == 1 and set(steps) == {1}:
+        what = f"{total} = {len(sizes)} x {sizes[0]}"
+    elif set(steps) == {1}:
+        what = f"{total} = {sizes}"
+    elif len(set(sizes)) == 1 and len(set(steps)) == 1:
+        what = (f"{total} = {len(sizes)} x {steps[0]} x {sizes[0]} (ranks x micro-batches per "
+                "optimizer step x micro-batch)")
+    else:
+        what = f"{total} = {[f'{n} x {s}' for s, n in zip(sizes, steps)]} (micro-batches x size)"
     if global_batch is None:
         _say("batch", "ok", f"global batch {what} (pass global_batch= to compare)")
-    elif total != global_batch:
+    elif total != global_batch and set(steps) == {1}:
         _say("batch", "PROBLEM", f"global batch {what}, not {global_batch}: give each rank "
              f"{global_batch} // world size (or mean it, and scale the learning rate)")
+    elif total != global_batch:
+        _say("batch", "PROBLEM", f"global batch {what}, not {global_batch}: micro-batches per "
+             f"step x micro-batch should be {global_batch} // world size on each rank (divide the "
+             "accumulation steps by the world size), or mean it and scale the learning rate")
     else:
         _say("batch", "ok", f"global batch {what}")
 
 
 def _checksum(model):
     with torch.no_grad():
-        return torch.tensor([sum(float(p.double().sum()) for p in model.parameters())],
-                            dtype=torch.float64)
+        return sum(float(p.double().sum()) for p in model.parameters())
 
 
-def _replicas(model, step):  # every rank at its second training forward after check()
-    sums = [float(s) for s in _gather(_checksum(model))]
+def _first_step(model, global_batch):
+    """After the first optimizer step, on every rank: the copies of the model, and the batch
+    from the micro-batches counted before that step."""
+    steps = _state["forwards"] or 1  # an optimizer step without a forward counts as one
+    everyone = _gather((_checksum(model), _state["micro"], steps))
+    sums = [s for s, _, _ in everyone]
+    steps = [n for _, _, n in everyone]
+    measured = [m for _, m, _ in everyone]  # the first training input's first dimension
+    sizes = _state["sizes"]  # the loader's batch size where it says, unless the steps
+    if None in sizes or (set(steps) != {1} and None not in measured):  # accumulate (a loader's
+        sizes = measured  # batch may be split into micro-batches)
+    if None in sizes:
+        _say("batch", "note", "no batch size: the loader does not say and the first training "
+             "forward has no tensor input")
+    elif not _state["batch_said"] or set(steps) != {1}:  # not yet said, or said without these
+        _batch(sizes, steps, global_batch)
     spread = max(sums) - min(sums)
     if spread > 1e-6 * max(1.0, max(abs(s) for s in sums)):
-        _say("replicas", "PROBLEM", f"after {step} step(s) the ranks' weights differ (sums "
-             f"{min(sums):.6g} .. {max(sums):.6g}): wrap the model in DDP, step every rank")
+        _say("replicas", "PROBLEM", f"after 1 step(s) the ranks' weights differ (sums "
+             f"{min(sums):.6g} .. {max(sums):.6g}): wrap the model in DDP, step every rank" + (
+                 "; with accumulation, the last micro-batch's backward outside no_sync()"
+                 if set(steps) != {1} else ""))
     else:
-        _say("replicas", "ok", f"all {len(sums)} copies of the model are equal after {step} "
-             f"step(s)")
+        _say("replicas", "ok", f"all {len(sums)} copies of the model are equal after 1 step(s)")
 
 
 def _moved():  # a training step, or a stop that returned
@@ -265,28 +351,57 @@ def _workers(loader, per_process):  # loader workers are processes too, on the s
         _say("workers", "ok", line)
 
 
-def check(model, loader, global_batch=None, epoch=None, exit_timeout=300, end_job=False):
-    """Run on every rank, once, with the model (DDP-wrapped or not) and the training loader.
+def check(model, loader=None, global_batch=None, epoch=None, exit_timeout=300, end_job=False):
+    """Run on every rank, once, with the model (DDP-wrapped or not) and the training loader
+    (None where the script draws its batches itself).
     end_job=True: a rank stuck for exit_timeout after it stopped training ends the job."""
     if not dist.is_initialized():
         raise SystemExit("error: ddp_check.check() runs after init_process_group()")
     # Its own gloo group: its messages never mix with the training's (nccl or gloo) ones.
     _state["group"] = dist.new_group(backend="gloo")
+    _state.update(forwards=0, micro=None, batch_said=False)
     _world()
-    _shards(loader, epoch)
-    _batch(loader, global_batch)
-    _workers(loader, _threads())
+    compare_first = _shards(loader, epoch)
+    _state["sizes"] = sizes = _batch_sizes(loader)
+    if None not in sizes and (global_batch is None or sum(sizes) == global_batch):
+        _batch(sizes, [1] * len(sizes), global_batch)  # said again if the steps accumulate
+        _state["batch_said"] = True
+    per_process = _threads()
+    if loader is not None:
+        _workers(loader, per_process)
     if not isinstance(model, torch.nn.parallel.DistributedDataParallel):
         _say("replicas", "PROBLEM", f"the model is a {type(model).__name__}, not "
              "DistributedDataParallel: each rank trains its own copy")
+    params = [p for p in model.parameters() if p.requires_grad]
+    mine = {id(p) for p in params}
 
-    def before_forward(module, inputs):  # counts training steps; compares after the first one
-        if module.training and torch.is_grad_enabled():
-            _state["steps"] += 1
-            _moved()
-            if _state["steps"] == 2:
-                _replicas(model, 1)
-    model.register_forward_pre_hook(before_forward)
+    def before_forward(module, args, kwargs):  # every training forward (the exits watch counts
+        # them); up to the first optimizer step, the micro-batches of a step
+        if not (module.training and torch.is_grad_enabled()):
+            return
+        _state["steps"] += 1
+        _moved()
+        if step_hook is None:  # the first optimizer step is behind us
+            return
+        if params and params[0].grad is None:  # zero_grad(): a new optimizer step begins
+            _state["forwards"] = 0
+        _state["forwards"] += 1
+        if _state["steps"] == 1:
+            _state["micro"] = next((len(t) for t in _tensors((args, kwargs)) if t.dim()), None)
+            if compare_first:
+                _first_batches((args, kwargs))
+
+    def after_step(optimizer, args, kwargs):  # any optimizer's step: is it the model's?
+        nonlocal step_hook
+        if step_hook is None or not any(id(p) in mine for group in optimizer.param_groups
+                                        for p in group["params"]):
+            return
+        step_hook.remove()
+        step_hook = None
+        _moved()
+        _first_step(model, global_batch)
+    step_hook = register_optimizer_step_post_hook(after_step)
+    model.register_forward_pre_hook(before_forward, with_kwargs=True)
     _exits(model, exit_timeout, end_job)
     _say("exits", "ok", f"watching: a rank stuck for {exit_timeout} s after it stopped training "
          "while others did not " + ("ends the job" if end_job else "is reported"))
