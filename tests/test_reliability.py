@@ -20,6 +20,7 @@ import pytest
 import torch
 
 import ddp_helpers as h
+import local_slurm
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -326,12 +327,18 @@ def test_a_start_up_failure_after_a_requeue_ends_the_job(cluster, template_job, 
 
 def test_take_home_batch_files_requeue_alike():
     """take-home-lumi.sbatch (16 ranks: too big to run twice more here) has the lines that the
-    Roihu file's requeue tests run."""
-    lines = ['ended=""', "rm -f \"$ckpt.requeue\"", 'if [ -e "$ckpt.requeue" ] && [ -z "$ended" ]; then']
-    for path in ("slurm/take-home.sbatch", "slurm/take-home-lumi.sbatch", "slurm/09-requeue.sbatch"):
+    Roihu file's requeue and lost-node tests run; step 9's file the requeue lines."""
+    requeue = ['ended=""', 'if [ -e "$ckpt.requeue" ] && [ -z "$ended" ]; then']
+    lost = ["rm -f \"$ckpt.requeue\" \"$ckpt.lost\"", 'elif [ -e "$ckpt.lost" ] && [ -z "$ended" ]; then',
+            "watch_nodes() {", 'watch_nodes "$training" &', "srun --kill-on-bad-exit=1 "]
+    for path, want in (("slurm/take-home.sbatch", requeue + lost), ("slurm/take-home-lumi.sbatch", requeue + lost),
+                       ("slurm/09-requeue.sbatch", requeue + ["rm -f \"$ckpt.requeue\""])):
         text = (ROOT / path).read_text().splitlines()
-        assert all(any(l.startswith(want) for l in text) for want in lines), path
+        assert all(any(l.startswith(w) for l in text) for w in want), path
         assert any(l.startswith("trap 'ended=1;") and l.endswith("' TERM") for l in text), path
+    roihu, lumi = ((ROOT / f"slurm/{n}.sbatch").read_text() for n in ("take-home", "take-home-lumi"))
+    watch = roihu[roihu.index("kill_wait="):roihu.index("# A failed rank")]
+    assert watch in lumi  # the watch itself, word for word
 
 
 def test_take_home_refuses_a_resume_with_another_batch_size(tmp_path):
@@ -351,3 +358,47 @@ def test_take_home_refuses_a_resume_with_another_batch_size(tmp_path):
     assert again.returncode == 1, again.stdout + again.stderr
     assert again.stderr.strip().endswith(f"error: {ckpt} was written by 1 processes with batch size 96: "
                                          "resume with the same, or start afresh with another --checkpoint")
+
+
+def test_a_lost_node_requeues_the_job_within_60_s(cluster):
+    """A node lost mid-job (every process in its namespace killed: slurmd, slurmstepd, ranks),
+    as a crash looks to the other node: its ranks fail at once, and srun would wait for the lost
+    node's tasks until slurmctld declares it dead (SlurmdTimeout, 300 s; 394 s measured). The
+    batch file stops waiting KillWait + 10 s after its own node's tasks have ended and requeues
+    the job, which resumes from the last checkpoint once the node is back."""
+    (ROOT / "logs").mkdir(exist_ok=True)
+    # Both nodes whole (no other test's job shares them), one rank each: the file's lines, at a
+    # quarter of the cost
+    job = _slurm(cluster, "sbatch", "--parsable", f"--output={ROOT}/logs/job-%j.out", "--exclusive",
+                 "--ntasks-per-node=1", "--gres=gpu:gh200:1", "slurm/take-home.sbatch",
+                 "--workers", "0", "--epochs", "100").strip()
+    lost = None
+    try:
+        _wait(cluster, job, "epoch 0 loss")  # the checkpoint of epoch 1 is written
+        lost = _slurm(cluster, "scontrol", "show", "hostnames",
+                      _slurm(cluster, "squeue", "-h", "-j", job, "-o", "%N").strip()).split()[1]
+        pids = _slurm(cluster, "ip", "netns", "pids", f"ddp-{lost}").split()
+        assert pids, lost
+        start = time.monotonic()
+        for pid in pids:
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+            except OSError:
+                pass
+        while _slurm(cluster, "squeue", "-h", "-j", job, "-o", "%T").strip() == "RUNNING":
+            assert time.monotonic() - start < 60, f"job {job} still RUNNING 60 s after {lost} was lost:\n{_output(job)}"
+            time.sleep(0.2)
+        out = _output(job)
+        assert "a node is lost: srun still waits" in out and "a node was lost: requeueing job" in out, out
+        runs = _slurm(cluster, "sacct", "-D", "-X", "-n", "-j", job, "-o", "State").split()
+        assert runs[:1] == ["REQUEUED"], runs  # what the page says sacct shows
+        local_slurm.start_node(lost)  # the node comes back (ReturnToService=2)
+        out = _wait(cluster, job, "resumed from")
+        assert re.search(r"run 1 of job \d+\n.*resumed from runs/take-home-\d+\.pt: epoch [1-9]", out, re.S), out
+    finally:
+        _slurm(cluster, "scancel", job, check=False)
+        _wait(cluster, job, timeout=90)
+        for f in ROOT.glob(f"runs/take-home-{job}.pt*"):
+            f.unlink()
+        if lost and not local_slurm.pid_alive(local_slurm.STATE / f"slurmd-{lost}.pid"):
+            local_slurm.start_node(lost)
