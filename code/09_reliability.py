@@ -61,7 +61,7 @@ stop_signal = None  # set by the handler; the training loop checks it after ever
 
 def request_stop(signum, frame):  # Python runs it in the main thread, between two statements
     global stop_signal
-    if stop_signal != "SIGUSR1":  # a SIGTERM after the warning (the time limit) still requeues
+    if stop_signal != "SIGUSR1":  # a SIGTERM after the warning keeps it: the marker is still written
         stop_signal = signal.Signals(signum).name
 
 

@@ -204,8 +204,10 @@ def show_comm(table):
     blocks = len(model.blocks)
     if args.tp > 1:  # forward: o and down (row-wise) sum their outputs; backward: q, k, v and up
         assert count("tp", "all-reduce", 0) == 2 * blocks and count("tp", "all-reduce", 1) == 4 * blocks
-    if dp > 1:  # FSDP: each block and the root gather forward, reduce-scatter backward
-        assert count("dp", "all-gather", 0) == blocks + 1 and count("dp", "reduce-scatter", 1) == blocks + 1
+    if dp > 1:  # FSDP: each unit gathers forward, each block again backward (the root keeps its
+        # weights), each unit reduce-scatters its gradients: three collectives per block and step
+        assert count("dp", "all-gather", 0) == blocks + 1 and count("dp", "all-gather", 1) == blocks
+        assert count("dp", "reduce-scatter", 1) == blocks + 1
 
 
 losses, ref_losses, same_batch = [], [], True
