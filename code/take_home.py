@@ -201,6 +201,7 @@ def main():
     if rank == 0 and os.path.exists(marker):
         os.remove(marker)
     start_epoch, start_step = 0, 0
+    done = 0.0  # this epoch's losses summed over every rank, before a resume
     if os.path.exists(args.checkpoint):
         ckpt = torch.load(args.checkpoint, map_location="cpu")
         # its data position counts batches of this size on this many ranks
@@ -213,17 +214,18 @@ def main():
         opt.load_state_dict(ckpt["optimizer"])
         warmup.load_state_dict(ckpt["warmup"])
         start_epoch, start_step = ckpt["epoch"], ckpt["step"]
+        done = ckpt.get("loss_sum", 0.0)
         say(f"resumed from {args.checkpoint}: epoch {start_epoch}, "
             f"step {start_step}")
 
-    def save(epoch, step):
+    def save(epoch, step, loss_sum=0.0):
         if rank == 0:  # one writer: the weights are the same on every rank
             os.makedirs(os.path.dirname(args.checkpoint) or ".",
                         exist_ok=True)
             state = {"model": model.module.state_dict(), "epoch": epoch,
                      "optimizer": opt.state_dict(), "step": step,
                      "warmup": warmup.state_dict(), "world_size": world_size,
-                     "batch_size": args.batch_size}
+                     "batch_size": args.batch_size, "loss_sum": loss_sum}
             with open(args.checkpoint + ".tmp", "wb") as f:
                 torch.save(state, f)
                 f.flush()
@@ -265,8 +267,12 @@ def main():
             dist.all_reduce(flag, op=dist.ReduceOp.MAX)
             if flag.item():
                 break
+        # the epoch's losses, every rank's, the steps before a resume too
+        total = torch.tensor(sum(losses), dtype=torch.float64, device=device)
+        dist.all_reduce(total)
+        total = total.item() + done
         if flag.item():
-            save(epoch, step + 1)
+            save(epoch, step + 1, total)
             requeue = flag.item() == 2  # the batch script requeues on it
             if rank == 0 and requeue:
                 open(marker, "w").close()
@@ -274,11 +280,9 @@ def main():
                 f"signal: checkpoint written, exit {STOPPED}"
                 + ("" if requeue else " (SIGTERM, no warning: no requeue)"))
             leave(STOPPED)
-        start_step = 0
+        start_step, done = 0, 0.0
         save(epoch + 1, 0)  # a crash without warning loses one epoch at most
-        mean = torch.tensor(sum(losses) / max(len(losses), 1), device=device)
-        dist.all_reduce(mean)
-        say(f"epoch {epoch} loss {mean.item() / world_size:.4f}")
+        say(f"epoch {epoch} loss {total / (world_size * steps):.4f}")
 
     # Evaluation without duplicates (step 4): each rank counts its own
     # slice of the test set, and the counts are summed.
