@@ -8,6 +8,9 @@ MLP that predicts each next character: it trains in seconds on a CPU.
 
     torchrun --standalone --nproc_per_node=2 code/own_tokens.py --check
     torchrun --standalone --nproc_per_node=2 code/own_tokens.py --check --same-seed  # the mistake
+
+Resume (--checkpoint, --stop-after): the generator is the data order here, so each rank's state
+is saved, taken before the prefetch of the batch not used yet (--rng shows the two mistakes).
 """
 import argparse
 import os
@@ -31,6 +34,12 @@ parser.add_argument("--lr", type=float, default=3e-3)
 parser.add_argument("--seed", type=int, default=1337)
 parser.add_argument("--same-seed", action="store_true", help="the mistake: one seed on every rank")
 parser.add_argument("--check", action="store_true", help="run code/ddp_check.py's checks")
+parser.add_argument("--checkpoint", help="resume from this file if it exists")
+parser.add_argument("--stop-after", type=int, help="save to --checkpoint after this many steps "
+                    "and exit, as on Slurm's warning")
+parser.add_argument("--rng", choices=["before-prefetch", "at-stop", "none"],
+                    default="before-prefetch", help="the generator state the checkpoint keeps (at-stop, none: the mistakes)")
+parser.add_argument("--every", type=int, default=10, help="print every this many steps")
 args = parser.parse_args()
 
 dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
@@ -58,10 +67,13 @@ vocab = 128  # the characters are ASCII
 
 # Each rank its own random stream of windows; with --same-seed every rank draws the same ones.
 generator = torch.Generator().manual_seed(args.seed + (0 if args.same_seed else rank))
+drawn_with = None  # the generator's state before the last draw: it draws that batch again
 
 
 def get_batch():
     """micro_batch windows at random offsets; y is x one token later (the next characters)."""
+    global drawn_with
+    drawn_with = generator.get_state()
     offsets = torch.randint(len(data) - args.block - 1, (args.micro_batch,), generator=generator)
     windows = torch.stack([torch.from_numpy(data[i:i + args.block + 1].astype(np.int64))
                            for i in offsets])
@@ -93,11 +105,33 @@ if args.check:
     import ddp_check  # the file code/ddp_check.py, beside this script
     ddp_check.check(model, None, global_batch=global_batch)  # no loader: the batches are drawn here
 
+start = 0
+if args.checkpoint and os.path.exists(args.checkpoint):
+    ckpt = torch.load(args.checkpoint, map_location="cpu")
+    model.module.load_state_dict(ckpt["model"])
+    optimizer.load_state_dict(ckpt["optimizer"])
+    start = ckpt["step"]
+    if ckpt["rng"][rank] is not None:  # without it, the data starts over from its first batch
+        generator.set_state(ckpt["rng"][rank])
+    if rank == 0:
+        print(f"resumed at step {start} ({ckpt['kept']})", flush=True)
+
 X, Y = get_batch()
 first = [None] * world_size  # every rank's first batch, as a hash: do the ranks draw their own?
 dist.all_gather_object(first, zlib.crc32(X.cpu().numpy().tobytes()))
 losses = []
-for step in range(args.steps):
+for step in range(start, args.steps):
+    if args.stop_after == step:  # the data goes on from the batch drawn but not used yet
+        kept = {"before-prefetch": drawn_with, "at-stop": generator.get_state(), "none": None}
+        states = [None] * world_size  # every rank's own: each draws its own batches
+        dist.all_gather_object(states, kept[args.rng])
+        if rank == 0:
+            torch.save({"model": model.module.state_dict(), "optimizer": optimizer.state_dict(),
+                        "step": step, "rng": states, "kept": f"generator state {args.rng}"},
+                       args.checkpoint)
+            print(f"stopped after step {step - 1}: checkpoint written", flush=True)
+        break
+    batch = zlib.crc32(X.cpu().numpy().tobytes())  # the step's first micro-batch, as a hash
     total = 0.0
     for micro in range(micro_steps):
         # all-reduce the gradients once per step, at the last micro-batch's backward
@@ -109,10 +143,10 @@ for step in range(args.steps):
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     losses.append(total)
-    if rank == 0 and (step % 10 == 0 or step == args.steps - 1):
-        print(f"step {step} loss {total:.4f} (rank 0's micro-batches)", flush=True)
+    if rank == 0 and (step % args.every == 0 or step == args.steps - 1):
+        print(f"step {step} loss {total:.4f} batch {batch:08x} (rank 0's)", flush=True)
 
-if rank == 0:
+if rank == 0 and losses:
     print(f"loss {losses[0]:.4f} -> {losses[-1]:.4f}; first batches of the {world_size} ranks: "
           f"{len(set(first))} distinct", flush=True)
 dist.barrier()
