@@ -154,6 +154,42 @@ def test_slurm_signals_spawn_workers_in_a_job_step(cluster, sig, hear, result):
 
 
 
+
+def test_torchrun_passes_slurms_warning_on_with_signals_to_handle(cluster):
+    """Slurm signals every process of a step: under torchrun the agent and its workers. The agent
+    dies of USR1 by default; with --signals-to-handle=...,SIGUSR1 it passes the signal on and
+    waits (30 s in PyTorch 2.10) while the workers checkpoint, write the marker and exit."""
+    ckpt = ROOT / "runs" / f"09-signals-to-handle-{os.getpid()}.pt"
+    name = ckpt.stem
+    srun = subprocess.Popen(
+        ["srun", "--quiet", f"--job-name={name}", "--account=project_2001234", "--partition=gputest",
+         "--time=5", "--nodes=1", "--ntasks=1", "--cpus-per-task=4", "--gres=gpu:gh200:2",
+         "torchrun", "--standalone", "--nproc_per_node=2", "--signals-to-handle=SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1",
+         "code/09_reliability.py", "--checkpoint", str(ckpt), "--workers", "0", "--epochs", "100"],
+        cwd=ROOT, env={**os.environ, **cluster, "OMP_NUM_THREADS": "1"},
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    STARTED.append(srun)
+    try:
+        deadline = time.monotonic() + 180
+        while not ckpt.exists():  # the end of epoch 0: the training runs
+            assert srun.poll() is None and time.monotonic() < deadline, srun.communicate()[0]
+            time.sleep(0.2)
+        job = subprocess.run(["squeue", "-h", "-n", name, "-o", "%i"], env={**os.environ, **cluster},
+                             capture_output=True, text=True).stdout.split()
+        assert len(job) == 1, job
+        subprocess.run(["scancel", "--signal=USR1", job[0]], env={**os.environ, **cluster}, check=True)
+        out, _ = srun.communicate(timeout=120)
+        # the agent heard it, lived, and passed it on to both workers
+        assert re.search(r"Received (10|Signals.SIGUSR1) death signal, shutting down workers", out), out
+        assert out.count("closing signal SIGUSR1") == 2, out
+        assert re.search(r"stopped in epoch \d+ after batch \d+ of \d+ on a signal", out), out
+        assert Path(f"{ckpt}.requeue").exists(), out  # the warning's marker: the job would requeue
+        assert srun.returncode == 1, out  # torchrun's own code, whatever the workers returned
+    finally:
+        for f in ckpt.parent.glob(f"{ckpt.name}*"):
+            f.unlink()
+
+
 # Each helper module's worker_init_fn that makes loader workers ignore Slurm's signals
 IGNORE_IN_WORKERS = {"ddp_helpers": "ignore_stop_signals", "take_home": "workers_ignore_signals"}
 
