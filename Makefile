@@ -41,12 +41,12 @@ cluster-stop:
 
 # On a cluster's login node (Roihu, LUMI, other), no root: a small venv on the cluster's own
 # PyTorch (module or container) in DIR (default: the project's application directory when
-# SBATCH_ACCOUNT names the project) and the Jupyter kernel "ddp-tutorial" (issue 26).
+# SBATCH_ACCOUNT names the project) and the Jupyter kernel "ddp-tutorial".
 cluster-env:
 	bash tools/cluster-setup.sh $(DIR)
 
 # On a GPU machine, with its own Python and torch (no venv): every step's script on nccl + CUDA and
-# step 10's ladder -> benchmarks/gpu-<device>.json. ARGS: --list, --only NAME,..., --missing (issue 27).
+# step 10's ladder -> benchmarks/gpu-<device>.json. ARGS: --list, --only NAME,..., --missing.
 gpu-check:
 	$(PYTHON) tools/gpu_check.py $(ARGS)
 

@@ -21,7 +21,7 @@ _started = False
 
 def pytest_sessionstart(session):
     global _started
-    # Every run the tests make, on the CPU path that the stored outputs come from (issue 35).
+    # Every run the tests make, on the CPU path that the stored outputs come from, on any x86-64 machine.
     import jobs
     os.environ.update(jobs.pinned_cpu_path())
     if os.environ.get("LOCAL_SLURM") == "off":

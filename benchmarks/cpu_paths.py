@@ -1,4 +1,4 @@
-"""How much the printed numbers depend on the CPU's numeric path (issue 35).
+"""How much the printed numbers depend on the CPU's numeric path.
 
 Runs a few of the tutorial's real commands under several CPU paths and records what they
 print: the pinned path that the notebooks use (tools/jobs.py), this machine's own unpinned path,

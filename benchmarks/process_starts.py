@@ -1,4 +1,4 @@
-"""What a process start costs, and how many the tests make (issue 35: where the suite's time goes).
+"""What a process start costs, and how many the tests make: where the suite's time goes.
 
     .venv/bin/python benchmarks/process_starts.py measure
     # as root: a full run under Linux's process accounting (acct(2)), every process counted

@@ -1,4 +1,4 @@
-"""Where `make test`'s time goes: per-file durations from a JUnit report (issue 35).
+"""Where `make test`'s time goes: per-file durations from a JUnit report.
 
     .venv/bin/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder --junitxml=/tmp/suite.xml
     .venv/bin/python benchmarks/suite_time.py /tmp/suite.xml "17:58" "2 cores, quiet machine" [vmstat.log]

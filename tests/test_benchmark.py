@@ -36,8 +36,8 @@ def test_committed_results_are_complete():
         assert rep["device"] and rep["torch"] and rep["results"], f
 
 
-# Step 10 hung on two GPUs (issue 36): a sampler thread ran nvidia-smi (subprocess.run) while the main
-# thread forked loader workers. subprocess.run opens a pipe of its own and reads it to its end; a worker
+# Step 10 can hang on two GPUs: a sampler thread runs nvidia-smi (subprocess.run) while the main
+# thread forks loader workers. subprocess.run opens a pipe of its own and reads it to its end; a worker
 # forked meanwhile holds the write end open, so the thread waits for the persistent workers to exit,
 # and the main thread waits for the thread. The same pattern on CPU, with `true` for nvidia-smi.
 RACE = r'''

@@ -185,7 +185,7 @@ NAVIGATION_LABEL_PAGES = ["01-ddp", "09-reliability", "12-fsdp2", "notebooks/you
 @pytest.mark.parametrize("name", NAVIGATION_LABEL_PAGES)
 def test_navigation_reads_in_order_with_short_labels(visited, name):
     """Step 1 comes right after Home, and no label of the navigation wraps to more than two lines
-    at 1280 px (issue 24: Next from Home led into the clusters reference; labels took 3 lines)."""
+    at 1280 px (Next from Home leads into step 1, not into a reference page)."""
     visited(1280, name).result(navigation_labels)
 
 
@@ -205,7 +205,7 @@ def navigation_labels(visit):
                                   "10-performance", "14-profiling", "troubleshooting"])
 def test_navigation_fits_a_laptop_screen(tab, base_url, name):
     """At 1280x800 the sidebar shows the whole navigation of the page without scrolling: the parts
-    collapse, only the page's own is open (issue 41: 25 entries took 999 px of a 674 px sidebar)."""
+    collapse, only the page's own is open (all entries open take more than the sidebar's height)."""
     tab.set_viewport_size({"width": 1280, "height": 800})
     tab.goto(base_url + url_of(name))
     wrap = tab.locator(".md-sidebar--primary .md-sidebar__scrollwrap")
@@ -438,7 +438,7 @@ def test_copy_button_copies_the_command_without_prompt(browser, base_url):
         ctx.close()
 
 
-# --- Nothing important off screen (issue 24): measured on every page ----------------------
+# --- Nothing important off screen: measured on every page ---------------------------------
 
 # Per page: code blocks and tables that scroll sideways, by kind (an output: what a command
 # printed, including error messages, which wraps; source: python, bash, batch scripts, diffs,
@@ -467,7 +467,7 @@ READING_JS = r"""() => {
   for (const pre of all("pre")) {
     const k = kind(pre);
     out[k][0]++;
-    if (wide(pre)) {  // (an output whose table rows alone are wider scrolls on purpose: issue 41)
+    if (wide(pre)) {  // (an output whose table rows alone are wider scrolls on purpose)
       const cols = [...pre.querySelectorAll(".columns")];
       cols.forEach(c => c.style.display = "none");
       const still = wide(pre);
@@ -539,7 +539,7 @@ READING_JS = r"""() => {
     }
   }
   // Output lines that are table rows (next to another row; a gap of two or more spaces inside,
-  // a short last field: squeue, sacct, a sweep) stay on one line each (issue 41, item 2).
+  // a short last field: squeue, sacct, a sweep) stay on one line each.
   const row = l => l !== undefined && !l.startsWith("$ ") && /\S {2,}\S/.test(l) && l.trim().split(/ {2,}/).pop().split(/\s+/).length <= 6;
   for (const pre of all("pre")) {
     if (kind(pre) !== "output") continue;
@@ -592,20 +592,20 @@ FLAG_OR_FILE = re.compile(r"-.*|[\w.~$/<>-]*\w\.[A-Za-z]\w{0,7}|[^(=]*/[^(=]*")
 def bad_code_break(width, token, before, after):
     """Inline code breaks between words; inside a token only after a '-' that follows a letter or
     digit (never inside '--'), after '/', ',', '(', '[' or '=', or before a '.'; and inside a flag
-    or a file name at 1280 px only after a folder's '/', on a phone only there (issue 41, item 3)."""
+    or a file name at 1280 px only after a folder's '/', on a phone only there."""
     if width >= 1280 and FLAG_OR_FILE.fullmatch(token):
         return not (before[-1:] == "/" and "/" in token and not token.startswith("-"))
     return not ((before[-1:] == "-" and before[-2:-1].isalnum()) or before[-1:] in "/,([=" or after == ".")
 
 
-# Bounds (issue 24): at 1280 px nothing an output or a table shows is off screen; on a phone
+# Bounds: at 1280 px nothing an output or a table shows is off screen; on a phone
 # a few long tokens (a 70-character sacct --format flag) scroll, and so do tables of four or
 # more columns (each column stays reachable: the scroll is inside the table's box). Source code
 # is counted apart: its lines are not wrapped (a wrapped line of a batch script reads as two
 # lines); lines of about 80 characters fit the 1280 px column, and the share of longer ones is
 # bounded just above what was measured once every batch script fitted 80 characters (1,261 of
 # 6,002 lines, 21.0 %; 24 % before): what is left is Python source, lines up to ~100 characters.
-# The site before issue 24, at 1280 px: 294 of 541 page code blocks and notebook outputs
+# The site before these bounds, at 1280 px: 294 of 541 page code blocks and notebook outputs
 # scrolled (the pages' blocks carried no language then), 16 of 46 tables, and copy buttons
 # covered text in 232 blocks (155 on pages, 77 notebook code cells).
 BOUNDS = {  # width: {kind: largest share that may scroll}
@@ -773,7 +773,7 @@ def search(page, base_url, query):
 ERRORS = [("RendezvousTimeoutError", "05-multinode/"), ("DistNetworkError", "05-multinode/"),
           ("SIGUSR1", "09-reliability/"), ("LOCAL_RANK is not set", "01-ddp/"),
           ("Detected mismatch between collectives", "11-debugging/"),
-          # what jobs print (issue 40, item 7): sacct's line and slurmd's message of a job that
+          # what jobs print: sacct's line and slurmd's message of a job that
           # could not open its output; a PROBLEM line of the drop-in check, printed by a notebook
           ("FAILED 0:53", "troubleshooting/"), ("Could not open stdout", "troubleshooting/"),
           ("PROBLEM global batch 192", "your-own-script/"), ("CUDA out of memory", "troubleshooting/")]
@@ -781,8 +781,8 @@ ERRORS = [("RendezvousTimeoutError", "05-multinode/"), ("DistNetworkError", "05-
 
 @pytest.mark.parametrize("query, step", ERRORS)
 def test_search_finds_a_pasted_error(tab, base_url, query, step):
-    """A pasted error message lands on the step that shows and explains it (issue 24: code blocks
-    were out of the index, and with them every reproduced error)."""
+    """A pasted error message lands on the step that shows and explains it (code blocks are in
+    the index, and with them every reproduced error)."""
     pages = search(tab, base_url, query)
     assert step in pages[:3], f"{query!r}: results {pages[:5]}"
 
@@ -802,8 +802,8 @@ CHARTS_PENDING = set()
 
 
 def test_chart_text_at_least_11_px(visited, site_dir):
-    """Every chart's smallest text is at least 11 px as a 1280 px window shows it (issue 41, item
-    4: digits 3-6 px, a title cut). tools/charts.py records in each PNG the smallest font size the
+    """Every chart's smallest text is at least 11 px as a 1280 px window shows it (no digits of 3-6 px,
+    no title cut). tools/charts.py records in each PNG the smallest font size the
     figure draws and its dpi; the browser gives the width the page shows it at."""
     pages = sorted(p.parent.relative_to(site_dir).as_posix() for p in site_dir.rglob("index.html")
                    if re.search(r'<img\b[^>]*\bsrc="(data:image/png|[^"]+\.png")', p.read_text()))

@@ -1,4 +1,4 @@
-"""The notebooks as a cluster user meets them (issue 26): an ordinary user whose software comes
+"""The notebooks as a cluster user meets them: an ordinary user whose software comes
 only from the cluster's module, the setup of tools/cluster-setup.sh, nbval with the kernel it
 registers; and tools/jobs.py's real-cluster path (a job that queues behind another)."""
 import os

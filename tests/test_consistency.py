@@ -1,6 +1,6 @@
 """Pages, notebooks, scripts and batch scripts agree on the facts several of them state.
 
-Each fact has one source, the file that defines it (FACTS in tools/mkdocs_hooks.py: the port
+Each fact has one source, the file that defines it (FACTS in tools/site_build/facts.py: the port
 formula of the multi-node batch script, step 1's global batch, load_dataset's default data
 set). Pages can print a fact with `<!-- fact NAME -->`; these tests find every other place
 that states one and fail when it says something else.
@@ -116,7 +116,7 @@ def test_one_data_set():
     ("dataset", "1. **DataLoader**: torchvision's `MNIST` class, one PIL image per sample."),
 ])
 def test_each_check_fails_on_a_contradiction(monkeypatch, claim, text):
-    """The checks above can fail: each one catches the kind of sentence issue 16 found."""
+    """The checks above can fail: each one catches a sentence that contradicts the fact."""
     monkeypatch.setattr(sys.modules[__name__], "pages", lambda: iter([("docs/x.md", text)]))
     monkeypatch.setattr(sys.modules[__name__], "sources", lambda: iter([("docs/x.md", text)]))
     check = {"port": test_one_port_formula, "batch": test_one_global_batch_in_the_pages,
@@ -126,7 +126,7 @@ def test_each_check_fails_on_a_contradiction(monkeypatch, claim, text):
 
 
 # What a run itself prints (its error, a rank's line, a traceback): a cell shows such lines before
-# "(exit code N)", never after it (issue 41: "(exit code N)" sat before the output it described).
+# "(exit code N)", never after it (there it reads as the code of the next command).
 RUN_OUTPUT = ("error:", "stopped in epoch", "DataLoader worker", "[rank", "Traceback", "RuntimeError",
               "ValueError", "srun: error", "torch.distributed")
 
@@ -148,3 +148,49 @@ def test_exit_code_comes_after_the_output_it_describes():
     # what the check finds: the old order of step 9's cells
     assert exit_code_before_its_output("$ torchrun ...\n(exit code 1)\nerror: batch size 95 is not divisible\n")
     assert not exit_code_before_its_output("$ torchrun ...\nerror: batch size 95\n(exit code 1)\n$ next\n")
+
+
+# A number of this project's issue tracker means nothing in a fork or a download: code, tests and
+# pages say why in the present instead. A citation of another project's tracker names that project
+# right before the number ("pytorch/pytorch issue N", "laifs-container-recipes issues N", Lightning's)
+# or links to it.
+ISSUE_NUMBER = re.compile(r"\bissues? #?\d+", re.IGNORECASE)
+CITATION_BEFORE = re.compile(r"(https?://\S+|[\w.-]+/[\w.-]+|laifs[\w-]*|pytorch|lightning's)\W*$", re.IGNORECASE)
+OWN_FILES = {".py", ".sh", ".sbatch", ".md", ".in", ".toml", ".yml", ".yaml"}
+
+
+def own_issue_numbers(text):
+    """Lines of `text` that name an issue by number, less citations of other projects' trackers."""
+    hits = []
+    for line in text.splitlines():
+        for m in ISSUE_NUMBER.finditer(line):
+            before, after = line[:m.start()], line[m.end():]
+            cited = (CITATION_BEFORE.search(before) or re.search(r"https?://", before)
+                     or re.match(r"\]\(https?://", after))
+            if not cited:
+                hits.append(line.strip())
+    return hits
+
+
+def project_files():
+    for p in sorted(ROOT.iterdir()):
+        if p.is_file() and (p.suffix in OWN_FILES or p.name == "Makefile"):
+            yield p
+    for folder in ["code", "tools", "tests", "slurm", "benchmarks", "docs"]:
+        for p in sorted((ROOT / folder).rglob("*")):
+            if p.is_file() and (p.suffix in OWN_FILES or p.name == "Makefile"):
+                yield p
+
+
+def test_no_issue_numbers_of_this_project():
+    bad = [f"{p.relative_to(ROOT)}: {line[:100]}" for p in project_files()
+           for line in own_issue_numbers(p.read_text(errors="replace"))]
+    assert not bad, f"{len(bad)} references to this project's issues by number: {bad}"
+    # what the check finds, and what it leaves: citations of other projects' trackers
+    for own in ["# an old comment (issue %d, item 2)", "Issue %d N2: the position", "(`x.py`, issue %d)",
+                "(issues %d and 41)", "see issue #%d"]:
+        assert own_issue_numbers(own % 41), own
+    for cited in ["(pytorch/pytorch issue %d)", "laifs-container-recipes issues %d and 30", "laifs #%d",
+                  "Lightning's issue %d (open)", "[Issue %d](https://github.com/o/r/issues/28)",
+                  "see https://github.com/o/r/issues/28 (issue %d)", "PyTorch issue %d"]:
+        assert not own_issue_numbers(cited % 28), cited

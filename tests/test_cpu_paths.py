@@ -1,4 +1,4 @@
-"""Stored outputs on any x86-64 machine (issue 35).
+"""Stored outputs on any x86-64 machine.
 
 The notebooks' stored outputs are compared exactly (nbval strict). They hold on another CPU
 because every run the notebooks make uses one pinned numeric path (tools/jobs.py

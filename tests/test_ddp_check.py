@@ -66,7 +66,7 @@ def test_first_batches_line(capsys, monkeypatch, others, verdict, says):
     assert line.startswith(f"ddp_check: shards   {verdict:<7} {says}"), line
 
 
-# --- code/mnist_ddp.py's evaluation (issue 37 M3): every test image once, with any world size.
+# --- code/mnist_ddp.py's evaluation: every test image once, with any world size.
 import mnist_ddp  # noqa: E402
 
 
@@ -136,8 +136,8 @@ def _two_ranks(script, *args):
 
 
 def test_a_rank_0_only_save_longer_than_the_watch_does_not_end_the_job(tmp_path):
-    """Issue 37 M4: rank 1 waits at the barrier for 6 s while rank 0 saves, with exit_timeout=2.
-    The check says so and says when rank 1 moves on; both ranks finish (it used to end rank 1
+    """Rank 1 waits at the barrier for 6 s while rank 0 saves, with exit_timeout=2.
+    The check says so and says when rank 1 moves on; both ranks finish (the watch does not end rank 1
     with exit code 1)."""
     script = tmp_path / "rank0_saves.py"
     script.write_text(RANK0_SAVES.format(code=str(Path(ddp_check.__file__).parent)))

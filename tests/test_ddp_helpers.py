@@ -126,7 +126,7 @@ def test_digits_are_sklearns_load_digits():
     assert torch.equal(xs, expected) and torch.equal(ys, torch.tensor(y)[order])
 
 
-# --- srun without torchrun: Slurm's variables only (issue 17) ---------------------------------
+# --- srun without torchrun: Slurm's variables only --------------------------------------------
 def _free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -1,5 +1,5 @@
 """The idea diagrams (docs/images/*.svg) are exactly what tools/diagrams.py draws, are valid SVG
-with a title, fit the content column, and each is shown on a page with alt text (issue 24)."""
+with a title, fit the content column, and each is shown on a page with alt text."""
 import re
 import subprocess
 import sys

@@ -1,4 +1,4 @@
-"""`make gpu-check` (tools/gpu_check.py, issue 27) cannot rot: the same command, in its CPU smoke mode
+"""`make gpu-check` (tools/gpu_check.py) cannot rot: the same command, in its CPU smoke mode
 (gloo, tiny sizes), runs one entry of each kind and writes the results file the GPU run will write;
 every entry's commands name scripts that exist and options those scripts declare; and
 the site's `<!-- gpu-status NN -->` mark renders from such a file (a sample in tests/, not benchmarks/)."""
@@ -142,7 +142,7 @@ def test_a_claimed_property_that_fails_fails_the_entry():
     bad = rec("aa", "cc", "aa")
     assert gpu_check.compare_weights(bad, e, smoke=False) == "claimed False: aa vs cc, which the pages claim"
     assert "cannot compare" in gpu_check.compare_weights(rec("aa", None, "aa"), e, smoke=False)
-    # a stored record (gpu_check before issue 36) is judged again on import
+    # a stored record (written by an older gpu_check) is judged again on import
     old = {"name": "09_reliability_resume@1", "status": "pass", "commands": [],
            "figures": {"resumed run = uninterrupted run (weights bitwise)": "False"}}
     new = gpu_check.rejudge(old)

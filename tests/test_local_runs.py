@@ -1,4 +1,4 @@
-"""Where a notebook's local runs go (issue 37, E2): on the CPU, whatever GPUs the session has.
+"""Where a notebook's local runs go: on the CPU, whatever GPUs the session has.
 
 Roihu's web Jupyter on gputest gives the session a GH200. A run of two processes that saw it
 would pick nccl (setup_distributed) and stop on local rank 1. run() hides every GPU from the

@@ -39,7 +39,7 @@ def test_srun_spans_both_nodes_of_each_cluster(cluster):
 
 def test_each_node_has_its_own_local_disk(cluster):
     """Roihu nodes: a $TMPDIR per job on each node, gone after the job; LUMI nodes: a /tmp of their
-    own (issue 29). Each node writes a file there and sees only its own."""
+    own. Each node writes a file there and sees only its own."""
     look = "touch $D/mark-$(hostname); sleep 1; echo $(hostname) $D $(ls $D | grep mark- | xargs)"
     roihu = sh(f"srun -A project_2001234 -p gputest --gres=gpu:gh200:1 -N2 -t 1 bash -c 'D=$TMPDIR; {look}' | sort", cluster)
     lines = [l.split() for l in roihu.stdout.splitlines()]

@@ -262,7 +262,7 @@ def test_spawned_workers_start_with_both_signals_blocked(module, tmp_path):
     assert lines == [f"worker {i} blocked ['SIGTERM', 'SIGUSR1']" for i in (0, 1)], r.stdout
 
 
-# The requeue templates (issue 40): Slurm's warning (USR1 to the job's steps) checkpoints and
+# The requeue templates: Slurm's warning (USR1 to the job's steps) checkpoints and
 # requeues; SIGTERM to the job (scancel, preemption, the time limit) ends it; a run that fails
 # ends it, whatever marker an earlier run left. Each file's job is submitted unchanged.
 # file: (its checkpoint, sbatch's options, the script's arguments)
@@ -378,7 +378,7 @@ def test_take_home_batch_files_requeue_alike():
 
 
 def test_take_home_refuses_a_resume_with_another_batch_size(tmp_path):
-    """Issue 37 N2: the checkpoint's data position counts batches of the size it was written
+    """The checkpoint's data position counts batches of the size it was written
     with; a resume with another --batch-size is refused, as step 9 refuses it."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "TORCHELASTIC"))}
     env.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", OMP_NUM_THREADS="1")

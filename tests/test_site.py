@@ -27,8 +27,8 @@ def test_mkdocs_build_strict(site_dir):
 
 def test_every_marker_is_expanded_wherever_it_stands(site_dir):
     """A marker indented in a list item or an admonition is expanded like one at the margin, and
-    its text stays in the item (issues 40 and 41: four outputs were missing, the markers left in
-    the HTML as comments); no page of the built site holds a marker of the project's kinds."""
+    its text stays in the item (a marker left in the HTML as a comment hides its output); no page
+    of the built site holds a marker of the project's kinds."""
     sys.path.insert(0, str(ROOT / "tools"))
     from site_build.markers import LEFT_OVER
 
@@ -124,7 +124,7 @@ def test_masked_values_are_explained_where_they_appear(site_dir):
 def test_every_step_says_how_to_give_the_project_and_what_python_needs(site_dir):
     """Every step page (and Your own script) has `<!-- account NN -->` before its first batch
     script, in the section that shows it; the box the hook makes there gives --account and
-    SBATCH_ACCOUNT, and names the packages the step's scripts import (issue 24, item 7)."""
+    SBATCH_ACCOUNT, and names the packages the step's scripts import."""
     sys.path.insert(0, str(ROOT / "tools"))
     import mkdocs_hooks
 
@@ -148,7 +148,7 @@ def test_every_step_says_how_to_give_the_project_and_what_python_needs(site_dir)
 
 
 def test_sbatch_lines_fit_80_characters():
-    """Batch scripts are read on the page in a column of about 80 characters (issue 24): wrap
+    """Batch scripts are read on the page in a column of about 80 characters: wrap
     comments and long commands (`\\`), move long explanations into the page."""
     long = [f"{p.name}:{n}: {len(line)} characters" for p in SBATCH
             for n, line in enumerate(p.read_text().splitlines(), 1) if len(line) > 80]
@@ -202,7 +202,7 @@ def test_every_step_has_its_four_files():
         assert list(ROOT.glob(f"slurm/{n}-*.sbatch")), f"step {n}: no sbatch file"
 
 
-# --- The built site as a reader meets it (issue 16) ------------------------------------------
+# --- The built site as a reader meets it -----------------------------------------------------
 
 class _Text(HTMLParser):
     """Text of the elements a test asks for, outside code; and every heading, link and title."""
@@ -279,7 +279,7 @@ def built_pages(site_dir):
 
 def test_links_go_to_the_step_they_name(site_dir):
     """'step 3' goes to step 3, and no step page sends a reader to Home's table of steps instead
-    of to the step it means (issue 16: 'step 3', 'step 6' and 'later' went to Home)."""
+    of to the step it means."""
     wrong = []
     for url, page in built_pages(site_dir).items():
         for href, text in page.links:
@@ -302,8 +302,8 @@ def test_no_raw_list_markers(site_dir):
 
 
 def test_table_of_contents_names_every_heading(site_dir):
-    """Each entry of a page's table of contents reads like the heading it points to (issue 16:
-    step 2's notebook listed '3.' for a heading in code format)."""
+    """Each entry of a page's table of contents reads like the heading it points to (a
+    heading in code format too, not a bare number such as '3.')."""
     wrong = []
     for url, page in built_pages(site_dir).items():
         for anchor, text in page.toc:
@@ -383,7 +383,7 @@ def test_next_links_walk_the_steps_in_order(site_dir):
 
 def test_copy_buttons_copy_what_a_fresh_clone_runs(site_dir):
     """No copy button copies a command that runs a script under runs/, which a notebook wrote and
-    neither the repository nor the download holds (issue 41, item 6: 10 such blocks): those
+    neither the repository nor the download holds: those
     blocks have no copy button (class no-copy); the others copy their commands (data-copy)."""
     sys.path.insert(0, str(ROOT / "tools"))
     from site_build.code_blocks import RUNS_SCRIPT
@@ -453,7 +453,7 @@ def test_step_page_shows_its_change_once(page):
 
 
 def test_repository_page_links_every_file(site_dir):
-    """A reader can fetch one batch script or script (issue 24): every tracked file of code/,
+    """A reader can fetch one batch script or script: every tracked file of code/,
     slurm/ and notebooks/ is linked from the Repository page, and the link opens that file in
     the built site; the folders read as a tree (one heading each, no repeated root heading)."""
     sys.path.insert(0, str(ROOT / "tools"))
@@ -491,7 +491,7 @@ def test_notebook_pages_share_their_css(site_dir):
 
 
 def test_notebook_pages_leave_the_set_up_cell_to_the_download(site_dir):
-    """Issue 24: a notebook page reads as a lesson. Each notebook's first code cell (imports, the
+    """A notebook page reads as a lesson. Each notebook's first code cell (imports, the
     helpers from tools/jobs.py; it prints nothing) is tagged 'harness', which mkdocs.yml's
     remove_tag_config leaves out of the page; the downloaded notebook keeps it."""
     for nb in sorted(ROOT.glob("notebooks/*.ipynb")):
@@ -506,7 +506,7 @@ def test_notebook_pages_leave_the_set_up_cell_to_the_download(site_dir):
 
 def test_file_names_and_flags_stay_whole():
     """The hook keeps a file name whole in a table or a heading (an extension of 6 letters too:
-    `.sbatch` was split from its name, issue 41 item 3); inline code keeps a flag or a file name
+    `.sbatch` stays with its name); inline code keeps a flag or a file name
     whole on a wide screen (.tok) and breaks a path after its folders' '/' only."""
     sys.path.insert(0, str(ROOT / "tools"))
     from site_build.wrapping import inline_code, keep_whole
@@ -521,8 +521,7 @@ def test_file_names_and_flags_stay_whole():
 
 
 def test_every_step_page_links_its_notebook():
-    """A reader finds the notebook that runs the page's commands from the page (issue 41: step 3
-    had no link)."""
+    """A reader finds the notebook that runs the page's commands from the page."""
     pages = sorted((ROOT / "docs").glob("[0-9][0-9]-*.md")) + [ROOT / "docs" / f"{p}.md" for p in ("your-own-script", "take-home")]
     missing = [p.name for p in pages if (ROOT / "notebooks" / f"{p.stem}.ipynb").exists()
                and f"](notebooks/{p.stem}.ipynb" not in p.read_text()]
@@ -534,7 +533,7 @@ ALT_PENDING = set()
 
 
 def test_every_image_is_described(site_dir):
-    """Every image says what it shows, for a reader who cannot see it (issue 41, item 4): no
+    """Every image says what it shows, for a reader who cannot see it: no
     empty alt, no cell tag (`alt="table"`), no mkdocs-jupyter default; a chart drawn for a page
     opens at full size with one tap."""
     bad = []

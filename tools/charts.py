@@ -1,4 +1,4 @@
-"""Save a matplotlib chart for the site, readable where it is read (issue 41).
+"""Save a matplotlib chart for the site, readable where it is read.
 
     import charts
     png = charts.save(fig, "../docs/01-ddp-losses.png")   # the PNG's bytes, also written there

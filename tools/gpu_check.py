@@ -1,4 +1,4 @@
-"""One command for the day a GPU machine is lent (issue 27): every step's script on nccl + CUDA,
+"""One command for the day a GPU machine is lent: every step's script on nccl + CUDA,
 step 10's whole ladder, one results file and a one-screen summary.
 
     make gpu-check                         # = python3 tools/gpu_check.py: everything, on the GPUs

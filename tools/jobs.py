@@ -23,7 +23,7 @@ for folder in ("runs", "logs"):  # weights; jobs' output, also where a cell's ow
 
 # --8<-- [start:pinned]
 # The CPU's numeric path, the same on every x86-64 machine with AVX2,
-# Intel or AMD (issue 35): PyTorch's kernels as compiled for AVX2 (not
+# Intel or AMD: PyTorch's kernels as compiled for AVX2 (not
 # AVX-512 where the CPU has it), oneDNN's convolutions capped at AVX2,
 # MKL's matrix products on its reproducible branch, one thread per
 # process (a sum split over threads changes its last bits). Local runs

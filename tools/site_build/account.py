@@ -40,7 +40,7 @@ def account(root, key, page=None):
     must provide (read from the scripts) and how to add what is missing."""
     sbatch, scripts, needs = step_needs(root, key, page)
     imports = ", ".join(["torch", "numpy"] + [{"scikit-learn": "sklearn"}.get(n, n) for n in needs])
-    if (root / "docs" / "run-on-your-cluster.md").exists():  # the setup per cluster (issue 26)
+    if (root / "docs" / "run-on-your-cluster.md").exists():  # the setup per cluster
         setup = ("`make cluster-env` makes such an environment for you: [Run the notebooks on your "
                  "cluster](run-on-your-cluster.md#1-one-setup-on-a-login-node).")
     else:

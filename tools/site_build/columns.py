@@ -1,4 +1,4 @@
-"""Column-aligned output keeps its columns (issue 41, item 2): `squeue`, `sacct`, `sinfo`, step 2's
+"""Column-aligned output keeps its columns: `squeue`, `sacct`, `sinfo`, step 2's
 equal/DIFFERENT table, step 3's sweep. Their lines do not wrap (.columns, reading.css: the block
 scrolls on its own where they are wider); messages in the same block keep wrapping at spaces.
 A line is a table row when it has a gap of two or more spaces inside and its last field is short

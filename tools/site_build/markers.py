@@ -1,6 +1,6 @@
 """A block marker (`<!-- output ... -->`, `<!-- diff ... -->`, `<!-- account NN -->`, ...) stands on
 a line of its own, at the left margin or indented under a list item or in an admonition: what
-replaces it gets the marker's indentation, so that it stays in the item or the box (issue 40).
+replaces it gets the marker's indentation, so that it stays in the item or the box.
 `<!-- fact NAME -->` is inline (facts.py)."""
 import re
 import textwrap

@@ -1,6 +1,6 @@
 """Placeholders in outputs: values that change from run to run (where a signal lands, process and
 job ids) are printed by the notebooks as placeholders, so that nbval can compare the rest of the
-output (issue 24). Where an output shows one, a one-line note before it says what each stands for
+output. Where an output shows one, a one-line note before it says what each stands for
 (on a step page: outputs.py; on a notebook page: note_masks)."""
 import html
 import re

@@ -38,7 +38,7 @@ def error_section(lines, seen):
 def notebook_errors(root, page_src, seen):
     """The step's notebook (notebooks/<page>.ipynb) is out of the index (a search opens the step's
     page): the error and PROBLEM lines its executed cells print, and the page does not show, are
-    indexed on the page instead, as one invisible section at its end (issue 40, item 7)."""
+    indexed on the page instead, as one invisible section at its end."""
     notebook = Path(root) / "notebooks" / (Path(page_src).stem + ".ipynb")
     if not notebook.exists():
         return ""
