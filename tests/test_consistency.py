@@ -194,3 +194,10 @@ def test_no_issue_numbers_of_this_project():
                   "Lightning's issue %d (open)", "[Issue %d](https://github.com/o/r/issues/28)",
                   "see https://github.com/o/r/issues/28 (issue %d)", "PyTorch issue %d"]:
         assert not own_issue_numbers(cited % 28), cited
+
+
+def test_notebooks_store_no_execution_timestamps():
+    """tools/execute_notebooks.py records no timing: a re-run with the same outputs is no diff."""
+    stamped = [f"{nb.name} cell {i}" for nb in sorted((ROOT / "notebooks").glob("*.ipynb"))
+               for i, cell in enumerate(json.loads(nb.read_text())["cells"]) if "execution" in cell.get("metadata", {})]
+    assert not stamped, stamped
