@@ -3,7 +3,8 @@
 Reads the Markdown sources and the notebooks, not the built site: no build is needed, and each
 page's markers are resolved as the build resolves them (tools/site_build): `<!-- output NOTEBOOK
 TAG -->` becomes the stored outputs of that notebook cell, `<!-- account NN -->`,
-`<!-- gpu-status NN -->`, `<!-- repository -->` and `<!-- fact NAME -->` the text they stand for.
+`<!-- gpu-status NN -->` and `<!-- fact NAME -->` the text they stand for; `<!-- repository -->`
+(the list of the repository's files, looked up rather than read) counts nothing.
 
 What is counted, per page:
 - main line: prose words of headings, paragraphs, lists, tables, open admonitions (`!!!`, and
@@ -42,7 +43,7 @@ from site_build.facts import FACT, facts  # noqa: E402
 from site_build.gpu_status import GPU_STATUS, gpu_status  # noqa: E402
 from site_build.markers import expand  # noqa: E402
 from site_build.outputs import DIRECTIVE, output  # noqa: E402
-from site_build.repository import REPOSITORY, repository_page  # noqa: E402
+from site_build.repository import REPOSITORY  # noqa: E402
 
 # Budgets of main-line prose words. A teaching page is a page with a notebook of its name (the
 # four files of a step, and the unnumbered pages built the same way).
@@ -134,7 +135,8 @@ def snippet(root, line, counts):
 def resolve(root, markdown):
     """The page's markers as the build expands them (tools/mkdocs_hooks.py); output and diff
     markers become sentinel lines that the walk counts where they stand."""
-    markdown = expand(REPOSITORY, markdown, lambda m: repository_page(root))
+    # the repository's file list is looked up, not read; counted, every new file would change it
+    markdown = expand(REPOSITORY, markdown, lambda m: "")
     markdown = expand(GPU_STATUS, markdown, lambda m: gpu_status(root, m.group(2)))
     markdown = expand(ACCOUNT, markdown, lambda m: account(root, m.group(2)))
     known = facts(root) if FACT.search(markdown) else {}
