@@ -32,28 +32,3 @@ def test_bad_input_is_one_line(case):
                        capture_output=True, text=True, timeout=120)
     assert (r.returncode, r.stderr, r.stdout) == (1, line + "\n", "")
 
-
-# torchrun's --numa-binding needs the numactl command where torchrun runs (PyTorch 2.10 stops
-# without it: "numactl CLI is required for NUMA binding"). Every batch file that binds asks
-# torchrun's own Python first (step 5's guard) and leaves the option out, with a notice, if not.
-BINDING = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "slurm").glob("*.sbatch")
-                 if "--numa-binding" in p.read_text())
-
-
-@pytest.mark.parametrize("path", BINDING)
-def test_every_binding_batch_file_asks_for_numactl_first(path, tmp_path):
-    assert "slurm/15-two-dimensions.sbatch" in BINDING and "slurm/15-two-dimensions-lumi.sbatch" in BINDING
-    text = (ROOT / path).read_text()
-    assert '"${numa[@]}"' in text and "--numa-binding=exclusive \\" not in text, path
-    guard = text[text.index("numa=()\n"):text.index("\nfi\n") + 4]
-    fake = tmp_path / "bin"
-    fake.mkdir()
-    (fake / "numactl").write_text("#!/bin/sh\n")
-    (fake / "numactl").chmod(0o755)
-    # The LUMI files ask inside the container: here the command runs as is.
-    script = f'singularity() {{ shift 2; "$@"; }}\n{guard}echo "numa: ${{numa[*]}}"\n'
-    for extra, expected in [([], "numa:"), ([str(fake)], "numa: --numa-binding=exclusive")]:
-        path_var = os.pathsep.join([*extra, str(Path(sys.executable).parent), "/usr/bin", "/bin"])
-        r = subprocess.run(["bash", "-c", script], env={"PATH": path_var}, capture_output=True, text=True, timeout=60)
-        assert r.stdout.strip() == expected, (path, extra, r.stdout, r.stderr)
-        assert ("numactl not found: no --numa-binding" in r.stderr) == (not extra), r.stderr
