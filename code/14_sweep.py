@@ -112,8 +112,13 @@ def wall_time(job):
     return (m.group(2), m.group(1)) if m else ("?", "?")
 
 
+SOCKETS = "multi-node rows ran over TCP sockets, not the fast network: not to be trusted"
+UNNAMED = "multi-node rows name no network (their logs lack NCCL's INFO lines): not to be trusted"
+
+
 def transport(log, backend):
-    """The network the job's collectives used. NCCL (and RCCL) name it once per communicator in
+    """The network the job's collectives used: (the report's words, the figure's table's, what is
+    wrong with it across nodes or None). NCCL (and RCCL) name it once per communicator in
     `NCCL INFO Using network <name>` (IB, Socket, or a plugin's: aws-ofi's AWS Libfabric). Its NET/
     lines come first and name what it tried, not what it chose (NET/Plugin, "NET/IB : No device
     found." before it falls back to NET/Socket). Any communicator over Socket counts."""
@@ -121,8 +126,10 @@ def transport(log, backend):
     if not used:  # no INIT line: the last NET/<name> line that says "Using", never NET/Plugin's
         used = [n for n in re.findall(r"NET/(\w+)\s*:?\s*Using\b", log) if n != "Plugin"][-1:]
     if used:
-        return "NCCL network " + ", ".join(used)
-    return "gloo over TCP" if backend == "gloo" else "NCCL (no 'Using network' line: set NCCL_DEBUG=INFO)"
+        return "NCCL network " + ", ".join(used), ", ".join(used), SOCKETS if "Socket" in used else None
+    if backend == "gloo":
+        return "gloo over TCP", "gloo over TCP", SOCKETS
+    return "NCCL (no 'Using network' line: set NCCL_DEBUG=INFO)", "NCCL, no network named", UNNAMED
 
 
 def utilisation(text, windows):
@@ -144,10 +151,10 @@ for j in run["jobs"]:
     with open(path) as f:
         row = {**json.load(f), **j, "elapsed": elapsed, "state": state}
     log = open(os.path.join(args.out, f"job-{j['job']}.out"), errors="replace").read()
-    row["transport"] = transport(log, row["backend"])
+    row["transport"], row["network"], problem = transport(log, row["backend"])
     # across nodes, only a named network that is not TCP: NVLink and shared memory need none within a node
-    row["trusted"] = row["nodes"] == 1 or (row["transport"].startswith("NCCL network")
-                                           and "Socket" not in row["transport"])
+    row["problem"] = None if row["nodes"] == 1 else problem
+    row["trusted"] = row["problem"] is None
     util = os.path.join(args.out, f"util-{j['job']}.txt")
     row["utilisation"] = utilisation(open(util).read(), [row[m]["window"] for m in ("strong", "weak")]) \
         if os.path.exists(util) else "no GPU"
@@ -169,10 +176,7 @@ reasons = []
 if len({r["nodes"] for r in by_nodes}) < CSC_NODE_COUNTS:
     reasons.append(f"{len({r['nodes'] for r in by_nodes})} node count(s) "
                    f"({', '.join(str(r['nodes']) for r in by_nodes)}), CSC asks for at least {CSC_NODE_COUNTS}")
-if any(not r["trusted"] and ("TCP" in r["transport"] or "Socket" in r["transport"]) for r in rows):
-    reasons.append("multi-node rows ran over TCP sockets, not the fast network: not to be trusted")
-if any(not r["trusted"] and r["transport"].startswith("NCCL (") for r in rows):
-    reasons.append("multi-node rows name no network (their logs lack NCCL's INFO lines): not to be trusted")
+reasons += [problem for problem in (SOCKETS, UNNAMED) if any(r["problem"] == problem for r in rows)]
 for mode in ("strong", "weak"):
     low = [r for r in by_nodes if r[mode]["efficiency"] < CSC_EFFICIENCY]
     if low:
@@ -204,8 +208,7 @@ t.axis("off")
 cells = [[r["nodes"], r["gpus"], f"{r['strong']['seconds']:.1f}", f"{r['strong']['efficiency']:.0%}",
           f"{r['weak']['seconds']:.1f}", f"{r['weak']['efficiency']:.0%}",
           r["utilisation"].replace("no sample in the timed steps", "no sample"),
-          re.sub(r"^NCCL network |^NCCL \(no .*", lambda m: "" if m[0] == "NCCL network " else "NCCL, no network named",
-                 r["transport"]) + ("" if r["trusted"] else " (untrusted)")]
+          r["network"] + ("" if r["trusted"] else " (untrusted)")]
          for r in sorted(rows, key=lambda r: (r["gpus"], r["nodes"]))]
 table = t.table(cells, colLabels=["nodes", "GPUs", "strong s", "strong eff.", "weak s", "weak eff.",
                                   "GPU use", "transport"], loc="upper center", cellLoc="center",
