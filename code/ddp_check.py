@@ -237,9 +237,11 @@ def _first_step(model, global_batch):
     sums = [s for s, _, _ in everyone]
     steps = [n for _, _, n in everyone]
     measured = [m for _, m, _ in everyone]  # the first training input's first dimension
-    sizes = _state["sizes"]  # the loader's batch size where it says, unless the steps
-    if None in sizes or (set(steps) != {1} and None not in measured):  # accumulate (a loader's
-        sizes = measured  # batch may be split into micro-batches)
+    # the loader's batch size where it says, unless the steps accumulate (a loader's batch may
+    # be split into micro-batches): then the first input's first dimension
+    sizes = _state["sizes"]
+    if None in sizes or (set(steps) != {1} and None not in measured):
+        sizes = measured
     if None in sizes:
         _say("batch", "note", "no batch size: the loader does not say and the first training "
              "forward has no tensor input")
