@@ -175,7 +175,7 @@ def test_steps_in_order_in_navigation(tab, base_url):
     steps = [int(m.group(1)) for t in labels if (m := re.match(r"(\d+)\. ", t))]
     assert steps and steps == sorted(steps) and steps[0] == 1, labels
     on_disk = sorted({int(p.name[:2]) for p in (ROOT / "docs").glob("[0-9][0-9]-*.md")  # numbered
-                      if re.match(r"# \d+\. ", p.read_text())})  # (not "Data for many ranks")
+                      if re.match(r"# \d+\. ", p.read_text())})
     assert steps == on_disk, f"navigation {steps} vs pages {on_disk}"
 
 
@@ -184,15 +184,15 @@ NAVIGATION_LABEL_PAGES = ["01-ddp", "09-reliability", "12-fsdp2", "notebooks/you
 
 @pytest.mark.parametrize("name", NAVIGATION_LABEL_PAGES)
 def test_navigation_reads_in_order_with_short_labels(visited, name):
-    """Step 1 comes right after Home, and no label of the navigation wraps to more than two lines
-    at 1280 px (Next from Home leads into step 1, not into a reference page)."""
+    """The quick start, then step 1, come right after Home, and no label of the navigation wraps to
+    more than two lines at 1280 px (Next from Home leads into the path, not into a reference page)."""
     visited(1280, name).result(navigation_labels)
 
 
 def navigation_labels(visit):
     page, name = visit.page, visit.name
     labels = page.locator("nav.md-nav--primary a.md-nav__link").evaluate_all(PAGE_LABELS)
-    assert labels[0] == "Home" and labels[1].startswith("1. "), labels[:3]
+    assert labels[:2] == ["Home", "Quick start: your script on two nodes"] and labels[2].startswith("1. "), labels[:3]
     lines = page.locator("nav.md-nav--primary .md-nav__link .md-ellipsis").evaluate_all("""els => els
       .filter(e => e.getBoundingClientRect().height > 0)
       .map(e => [e.textContent.trim(), Math.round(e.getBoundingClientRect().height / parseFloat(getComputedStyle(e).lineHeight))])""")

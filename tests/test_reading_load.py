@@ -28,6 +28,24 @@ def test_rows_follow_the_navigation():
     assert result["core_path"]["to"] == reading_load.CORE_END
 
 
+def test_budgets_hold():
+    """Home, the quick start, the core path and every teaching page within their budgets of
+    main-line prose; pictures on the teaching pages. Over budget: move edge cases, history and
+    practice-cluster detail into a collapsed box or Troubleshooting, or say it in fewer words."""
+    result = reading_load.measure()
+    over = [f"{p['page']}: {p['main']:,} words, budget {p['budget']:,}" for p in result["pages"]
+            if p["budget"] and p["over_by"]]
+    core = result["core_path"]
+    if core["over_by"]:
+        over.append(f"core path to {core['to']}: {core['main']:,} words, budget {core['budget']:,}")
+    assert not over, over
+    quick = [p["page"] for p in result["pages"] if p["budget"] == reading_load.QUICK_START]
+    assert quick == [result["pages"][1]["page"]], "the quick start is the page after Home"
+    assert result["totals"]["teaching_figures"] >= reading_load.FIGURES, result["totals"]
+    walk = result["to_first_multinode_batch_file"]
+    assert walk and walk["pages"] <= 2, f"the first two-node batch file comes on page {walk}"
+
+
 def notebook(cells):
     return json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5})
 

@@ -52,7 +52,8 @@ def account(root, key, page=None):
     return f"""!!! info "Before you submit: your project, and what the job's Python needs"
 
     **Your project.** The scripts name an example project (`project_2001234` on Roihu,
-    `project_462000000` on LUMI), which the real clusters refuse ("Invalid account"). Give yours
+    `project_462000000` on LUMI), which the real clusters refuse ("Invalid account"); on the
+    [practice cluster](local-cluster.md) you are a member of both, so they run there. Give yours
     when you submit, or once per shell: sbatch reads `SBATCH_ACCOUNT`, a command-line option wins
     over it, and both win over the `#SBATCH` line (Slurm's
     [sbatch manual](https://slurm.schedmd.com/sbatch.html#SECTION_INPUT-ENVIRONMENT-VARIABLES)).
