@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler, RandomSampler
 
-from ddp_helpers import (ConvNet, accuracy, assert_replicas_equal, cleanup, load_dataset,
+from ddp_helpers import (ConvNet, accuracy, assert_replicas_equal, below, cleanup, load_dataset,
                          mean_over_ranks, per_rank_batch, print0, setup_distributed)
 
 RULES = {  # the learning rate for global batch b, given base_lr tuned at batch base
@@ -112,9 +112,9 @@ for opt_name, batch_size, rule, warmup_steps, seed in runs:
     if rank == 0:
         line = (f"{opt_name:4} batch {batch_size:3} = {world_size} x {micro} x {args.accum}  lr {ddp_lr:.4f} "
                 f"({rule:7}) warmup {warmup_steps:2}  seed {seed}  {args.epochs * len(loader):3} steps  "
-                f"loss {loss:.4f}  test accuracy {accuracy(model.module, test, device):.4f}")
+                f"loss {loss:.3f}  test accuracy {accuracy(model.module, test, device):.4f}")
         if args.reference:
             diff = max((a - b).abs().max().item() for a, b in zip(model.module.parameters(), ref.parameters()))
-            line += f"  max|dparam| vs 1 process {diff:.0e}"
+            line += f"  max|dparam| vs 1 process {below(diff)}"
         print(line, flush=True)
 cleanup()

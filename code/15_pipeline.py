@@ -13,7 +13,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
-from ddp_helpers import cleanup, fail, load_dataset, print0, setup_distributed
+from ddp_helpers import below, cleanup, fail, load_dataset, print0, setup_distributed
 
 p = argparse.ArgumentParser()
 p.add_argument("--microbatches", default="4,8", help="comma-separated values of m to run")
@@ -112,6 +112,6 @@ for m in map(int, args.microbatches.split(",")):
             assert abs(bubble - formula) < 1e-9, (name, m, bubble, formula)  # an order that waits more fails
 gaps = [None, None]
 dist.all_gather_object(gaps, gap)
-print0(f"largest |loss difference| from one process, over every step: {gaps[1]:.0e} (tolerance 1e-05)")
+print0(f"largest |loss difference| from one process, over every step: {below(gaps[1])} (tolerance 1e-05)")
 assert gaps[1] <= 1e-5
 cleanup()

@@ -6,6 +6,7 @@ import atexit
 import contextlib
 import hashlib
 import importlib.util
+import math
 import multiprocessing.resource_tracker
 import multiprocessing.util  # noqa: F401 (its exit handler is registered first)
 import os
@@ -411,6 +412,13 @@ def assert_replicas_equal(model):
         p0 = p.detach().clone()
         dist.broadcast(p0, src=0)
         assert torch.equal(p0, p.detach()), f"rank {dist.get_rank()}: {name} differs from rank 0"
+
+
+def below(x):
+    """A small difference as the power of ten just above it ("below 1e-07"), not its last digits:
+    rounding differs between CPUs (another instruction set, other kernels), the decade does not,
+    and the claim is made against a tolerance (that the script asserts), not against the digits."""
+    return "0" if x == 0 else f"below {10.0 ** (math.floor(math.log10(x)) + 1):.0e}"
 
 
 def weights_fingerprint(model):
