@@ -35,6 +35,8 @@ p.add_argument("--mp", default="fp32", choices=["fp32", "bf16"], help="bf16: com
 p.add_argument("--compile", action="store_true", help="torch.compile: DDP after wrapping, FSDP2 each block "
                                                        "before sharding it")
 p.add_argument("--compile-root", action="store_true", help="FSDP2: compile the sharded root instead (the pitfall)")
+p.add_argument("--compile-inner", action="store_true", help="DDP: compile the model, then wrap it (nanoGPT's "
+                                                             "order, and PyTorch's advice for wrappers)")
 p.add_argument("--save", help="write a DCP checkpoint to SAVE/epoch-N after every epoch (every rank)")
 p.add_argument("--resume", help="continue from this DCP checkpoint, saved by any number of processes")
 p.add_argument("--export", help="write the whole model as one plain state_dict file (rank 0)")
@@ -63,12 +65,14 @@ if args.mode == "fsdp":
             fully_shard(block, mp_policy=mp)
     fully_shard(net, mp_policy=mp)  # the root: the rest (fc), and the forward everything enters by
 else:
+    if args.compile_inner:  # compiled in place; DDP's forward then runs the compiled module
+        net.compile()
     model = DDP(net, device_ids=[local_rank] if device.type == "cuda" else None)
 # --8<-- [end:shard]
 if args.compile and args.mode == "ddp" or args.compile_root:
     model = torch.compile(model)  # DDP: after wrapping, so that compile sees DDP's buckets
 opt = torch.optim.Adam(model.parameters(), lr=args.lr)  # after sharding: it steps this rank's shards
-print0(f"{world_size} processes, {args.mode}, {args.mp}{', compiled' if args.compile or args.compile_root else ''}, backend "
+print0(f"{world_size} processes, {args.mode}, {args.mp}{', compiled' if args.compile or args.compile_root or args.compile_inner else ''}, backend "
        f"{dist.get_backend()}, device {device.type}, batch {args.batch_size} = {world_size} x {batch}")
 
 start_epoch = 0
@@ -117,7 +121,7 @@ if saving is not None:
     saving.result()
     print0(f"saved epoch-{start_epoch + 1}..epoch-{args.epochs} in the background; training waited "
            f"{waited:.3f} s for them")
-if args.compile or args.compile_root:  # dynamo's counters: what it compiled, where it broke the graph
+if args.compile or args.compile_root or args.compile_inner:  # dynamo's counters: what it compiled, where it broke the graph
     c, later = torch._dynamo.utils.counters, sorted(step_times[1:])[len(step_times) // 2]
     print0(f"compiled {c['stats']['unique_graphs']} graph(s) holding {c['stats']['calls_captured']} ops, "
            f"{sum(c['graph_break'].values())} graph break(s); first step (compiling) over 10x the "

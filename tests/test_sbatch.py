@@ -57,6 +57,14 @@ EXPECTED = {
         r"^no GPU visible: tiny sizes",
         r"^4 processes on 1 node\(s\), backend gloo, device cpu: strong \(global batch 48\) and weak \(48 per process\), "
         r"5 steps each$"],
+    # A script without a DataLoader on two nodes: four ranks draw four different first batches
+    # (the check compares a hash of each rank's first input), the accumulation split over them.
+    "slurm/own-tokens.sbatch": [
+        r"^4 processes, backend gloo, device cpu, global batch 64 = 4 x 2 x 8 windows of 32 tokens$",
+        r"^ddp_check: world    ok      4 processes on 2 nodes \(torchrun\)",
+        r"^ddp_check: shards   ok      each of 4 ranks drew its own first batch",
+        r"^ddp_check: batch    ok      global batch 64 = 4 x 2 x 8",
+        r"^loss \S+ -> \S+; first batches of the 4 ranks: 4 distinct$"],
     "slurm/06-deepspeed-lumi.sbatch": [
         r"^8 processes, backend \w+, device \w+, ZeRO stage 2, batch 96 = 8 x 12 x 1 accumulation steps$",
         rf"^epoch 0 loss {L[0]}$", rf"^epoch 1 loss {L[1]}$", r"^optimizer state per rank: (7,272, ){7}7,272 bytes$"],
