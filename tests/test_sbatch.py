@@ -65,6 +65,15 @@ EXPECTED = {
         r"^ddp_check: shards   ok      each of 4 ranks drew its own first batch",
         r"^ddp_check: batch    ok      global batch 64 = 4 x 2 x 8",
         r"^loss \S+ -> \S+; first batches of the 4 ranks: 4 distinct$"],
+    # Step 16 on one LUMI node (notebooks/16-memory.ipynb submits the Roihu file): every layout's
+    # bytes per rank equal the formula's plus the padding, and checkpointing keeps the gradients.
+    "slurm/16-memory-lumi.sbatch": [
+        r"^4 processes, backend gloo, device cpu, model 3,159,050 parameters \(6 blocks of width 256\)$",
+        r"^fsdp2-tp: mesh \(dp 2, tp 2\); the share of parameters tensor parallel does not split "
+        r"\(norms, down\.bias, head\): replicated = 0\.002272$",
+        r"^every row: measured = formula \+ the padding computed from the shards' shapes$",
+        r"^the same gradients with and without checkpointing: True$",
+        r"^FSDP2 with checkpointed blocks: the same gradient shards: True$"],
     "slurm/06-deepspeed-lumi.sbatch": [
         r"^8 processes, backend \w+, device \w+, ZeRO stage 2, batch 96 = 8 x 12 x 1 accumulation steps$",
         rf"^epoch 0 loss {L[0]}$", rf"^epoch 1 loss {L[1]}$", r"^optimizer state per rank: (7,272, ){7}7,272 bytes$"],

@@ -429,7 +429,8 @@ PATH = [("The core path: a two-node job", "r0",
         ("Your script,\nyour cluster", "node", ["Your own script", "Your cluster"]),
         ("Frameworks", "r1", ["Collectives", "6 DeepSpeed", "7 Lightning", "8 Accelerate"]),
         ("In production", "r2", ["9 Reliability", "10 Performance", "11 Debugging"]),
-        ("Beyond DDP,\nat scale", "r3", ["12 FSDP2", "13 Data", "14 Profiling & scaling", "15 2-D parallel"]),
+        ("Beyond DDP,\nat scale", "r3", ["12 FSDP2", "13 Data", "14 Profiling", "15 2-D parallel",
+                                   "16 Memory"]),
         (None, "node", ["A script to take home"])]
 
 
@@ -480,8 +481,8 @@ def path_map():
                "Quick start and steps 1 to 5 (DDP, equivalence, batch and learning rate, sharding, many "
                "nodes) are the core path to a two-node job. Then your own script and your cluster; the "
                "collectives and steps 6 to 8 (DeepSpeed, Lightning, Accelerate); steps 9 to 11 "
-               "(reliability, performance, debugging); steps 12 to 15 (FSDP2, data, profiling and scaling, "
-               "2-D parallel); and a script to take home.", y + 16, out)
+               "(reliability, performance, debugging); steps 12 to 16 (FSDP2, data, profiling and scaling, "
+               "2-D parallel, will it fit); and a script to take home.", y + 16, out)
 
 
 # (A2) Collectives: a ring all-reduce of 4 ranks, chunk by chunk. Rank r holds its tensor in 4
