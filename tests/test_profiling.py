@@ -227,3 +227,20 @@ def test_the_committed_figures_are_the_notebooks(name):
                     shown[named] = base64.b64decode(image["data"]["image/png"])
     assert name in shown, f"the notebook shows no image followed by docs/{name}"
     assert (ROOT / "docs" / name).read_bytes() == shown[name], f"docs/{name} is not the image the notebook shows"
+
+
+def test_the_envelope_formula():
+    """code/scaling_formula.py: the all-reduce of a known case, and at the critical tokens per
+    device a step's compute takes exactly as long as its all-reduce, for any model size."""
+    sf = importlib.import_module("scaling_formula")
+    assert sf.ring_factor(2) == 1 and sf.ring_factor(4) == 1.5
+    assert sf.allreduce_seconds(58152, 2, 0.5e9, 500e-6) == pytest.approx(500e-6 + 58152 / 0.5e9)
+    for n, flops, busbw, _ in sf.SYSTEMS.values():
+        t = sf.critical_tokens(n, flops, busbw)
+        for p in (1e9, 7e9):
+            assert sf.compute_seconds(p, t, flops) == pytest.approx(sf.allreduce_seconds(sf.GRAD_BYTES * p, n, busbw))
+            assert sf.compute_seconds(p, 2 * t, flops) > sf.allreduce_seconds(sf.GRAD_BYTES * p, n, busbw)
+
+
+def test_the_envelope_refuses_a_bandwidth_of_zero():
+    one_error_line(run("code/14_envelope.py", "--busbw-gbs", "0"), "error: --busbw-gbs 0 (must be > 0)")

@@ -191,6 +191,8 @@ ENTRIES = [
         estimate=40, judge=step14_structure),
     Entry("14_scaling", "14", [(f"{T} code/14_scaling.py --out {{tmp}}/scaling.json", 0, r"strong \(global batch")],
           smoke={"--out": "--batch 48 --steps 5 --out"}, estimate=80),
+    # the envelope's FLOPs, compute time and FLOP/s (the talk test measures the bandwidth: 11_talk)
+    Entry("14_envelope", "14", [(f"{T} code/14_envelope.py", 0, "GFLOP/s")]),
     # Step 15: one GPU and more with FSDP2 only (tp 1), saved and resumed; then the 2-D mesh
     # (tp 2) with its collectives counted, resharded to tp 1, and the data-split mistake.
     Entry("15_two_dimensions", "15", [
@@ -203,6 +205,15 @@ ENTRIES = [
         worlds="multi", estimate=60),
     Entry("15_pipeline", "15", [(f"{T} code/15_pipeline.py", 0, r"largest \|loss difference\|")], worlds="two",
           smoke={"code/15_pipeline.py": "code/15_pipeline.py --width 64 --microbatches 4"}, estimate=40),
+    # Step 16: the bytes each rank holds, measured against code/memory_formula.py; on a GPU each
+    # layout's torch.cuda.max_memory_allocated between the formula and formula + activations +
+    # 2 x the weights + 64 MiB (the allocator's tolerance, stated on the page): the script asserts it.
+    Entry("16_memory", "16", [(f"{T} code/16_memory.py --part layouts activations --tp 1", 0,
+                               "every row: measured = formula")], estimate=40),
+    Entry("16_memory_tp_zero", "16", [
+        (f"{T} code/16_memory.py --part layouts --tp 2", 0, "every row: measured = formula"),
+        (f"{T} code/16_memory.py --part zero", 0, "every row: measured = formula")],
+        worlds="multi", needs=("deepspeed",), estimate=90, timeout=300),
     Entry("take_home_resume", "take-home", [
         (f"{T} code/take_home.py --checkpoint {{tmp}}/full.pt", 0, "weights sha256"),
         (f"{T} code/take_home.py --checkpoint {{tmp}}/resume.pt --signal-at 20", "nonzero", "stopped in epoch"),
