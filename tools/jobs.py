@@ -216,7 +216,7 @@ def wait_job(job_id, until=None, timeout=300):
             return out
         state = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"], env=_env(),
                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True).stdout.strip()
-        if state in ("", "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"):
+        if state in ("", *FINAL):  # (FINAL: every state of a job that has ended, below)
             if until is None:
                 return out
             raise RuntimeError(f"job {job_id} ended ({state or 'left the queue'}) before printing {until!r}:\n{out}")
