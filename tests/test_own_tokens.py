@@ -58,3 +58,29 @@ def test_a_resume_continues_the_data_only_with_the_state_before_the_prefetch(tok
         assert got == batch[4] and resumed[3] != whole[3], (resumed, whole)
     else:
         assert got == batch[0] and resumed[3] != whole[3], (resumed, whole)
+
+
+def single(tokens, *args):
+    """The lines of code/own_tokens_single.py, the one-process script own_tokens.py starts from."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "code/own_tokens_single.py", "--data", str(tokens), "--steps", "6",
+                           "--accumulation", "1", "--every", "1", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return {int(line.split()[1]): line for line in done.stdout.splitlines() if line.startswith("step ")}
+
+
+def test_the_ddp_edit_on_one_process_trains_what_the_single_script_trains(tokens, whole):
+    """The page shows the edit as a diff from code/own_tokens_single.py: with one process the
+    edited script draws the same batches and prints the same losses (rank 0's seed is the seed)."""
+    one = single(tokens)
+    assert sorted(one) == sorted(whole) == list(range(6))
+    assert all(whole[s] == one[s] + " (rank 0's)" for s in one), (one, whole)
+
+
+def test_the_single_script_resumes_where_it_stopped(tokens, whole, tmp_path):
+    ckpt = str(tmp_path / "single.pt")
+    stopped = single(tokens, "--checkpoint", ckpt, "--stop-after", "3")
+    resumed = single(tokens, "--checkpoint", ckpt)
+    assert sorted(stopped) == [0, 1, 2] and sorted(resumed) == [3, 4, 5]
+    assert all(resumed[s] + " (rank 0's)" == whole[s] for s in resumed), (resumed, whole)

@@ -239,6 +239,8 @@ ENTRIES = [
     Entry("collectives", "collectives", [(f"{T} code/collectives.py", 0, "every rank holds what each line claims")]),
     Entry("own_tokens", "own", [(f"{T} code/own_tokens.py --check --data {{tmp}}/tokens.bin", 0, r"^loss \S+ -> ")],
           smoke={"--check": "--check --steps 4"}),
+    Entry("own_tokens_single", "own", [("python code/own_tokens_single.py --data {tmp}/tokens.bin", 0, r"^loss \S+ -> ")],
+          worlds="one", says_backend=False, smoke={"--data": "--steps 4 --data"}),
     Entry("own_script_requeue", "own", [("python code/mnist_offline_data.py", 0, "test images"),
                                         (f"{T} code/own_script_requeue.py --epochs 1 --checkpoint {{tmp}}/mnist.pt",
                                          0, "Test set: Average loss")], says_backend=False),
