@@ -34,10 +34,10 @@ test: install system-deps
 	$(PY) -m pytest -n 2 --dist loadfile --no-loadscope-reorder
 
 cluster-start: install system-deps
-	$(PY) tools/local_slurm.py start
+	PYTHONPATH=tools $(PY) -m practice_cluster start
 
 cluster-stop:
-	$(PY) tools/local_slurm.py stop
+	PYTHONPATH=tools $(PY) -m practice_cluster stop
 
 # On a cluster's login node (Roihu, LUMI, other), no root: a small venv on the cluster's own
 # PyTorch (module or container) in DIR (default: the project's application directory when

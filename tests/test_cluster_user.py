@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 import jobs
-import local_slurm
-from conftest import reachable_python
+from practice_cluster import config
+from practice_cluster.cluster_user import reachable_python
 
 ROOT = Path(__file__).resolve().parent.parent
 # Run here only, as the cluster user, not a second time by the root run (conftest.py leaves them out).
@@ -93,9 +93,9 @@ def test_setup_in_lumis_container(cluster):
 
 
 def _ordinary_user(cluster):
-    """tutor (local_slurm.CLUSTER_USER: the practice cluster made it, with root's projects),
+    """tutor (config.CLUSTER_USER: the practice cluster made it, with root's projects),
     able to reach the project's Python."""
-    assert local_slurm.CLUSTER_USER == "tutor"
+    assert config.CLUSTER_USER == "tutor"
     assert subprocess.run(["id", "tutor"], capture_output=True).returncode == 0
     reachable_python()
 
@@ -125,7 +125,7 @@ def test_notebooks_run_as_a_cluster_user(cluster):
         subprocess.run(["chown", "-R", "tutor:", str(copy)], check=True)
         venv = copy / "projappl" / "ddp-env"  # the project's application directory on Roihu
         script = f"""
-            source {local_slurm.STATE / 'env.sh'}  # the cluster's Slurm and module path, as a login gives
+            source {config.STATE / 'env.sh'}  # the cluster's Slurm and module path, as a login gives
             echo "PATH before: $PATH"
             cd {copy}
             bash tools/cluster-setup.sh {venv} && echo "--- again" && bash tools/cluster-setup.sh {venv} || exit 1

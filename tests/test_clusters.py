@@ -5,13 +5,13 @@ from pathlib import Path
 
 import pytest
 
-import local_slurm
+from practice_cluster.config import CLUSTERS
 from jobs import submit
 
 ROOT = Path(__file__).resolve().parent.parent
 SBATCH = sorted(ROOT.glob("slurm/*.sbatch"))
-PARTITIONS = {key: {p["name"] for p in c["partition"]} for key, c in local_slurm.CLUSTERS.items()}
-ACCOUNTS = {key: set(c["accounts"]) for key, c in local_slurm.CLUSTERS.items()}
+PARTITIONS = {key: {p["name"] for p in c["partition"]} for key, c in CLUSTERS.items()}
+ACCOUNTS = {key: set(c["accounts"]) for key, c in CLUSTERS.items()}
 
 
 def option(text, name):

@@ -4,11 +4,9 @@ Roihu's web Jupyter on gputest gives the session a GH200. A run of two processes
 would pick nccl (setup_distributed) and stop on local rank 1. run() hides every GPU from the
 command, and says so in the first line it prints in a notebook.
 """
-import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tools"))
 import jobs  # noqa: E402
 
 SHOW = "python -c \"import os; print([os.environ.get(v) for v in ('CUDA_VISIBLE_DEVICES', 'HIP_VISIBLE_DEVICES', 'ROCR_VISIBLE_DEVICES')])\""
@@ -37,7 +35,7 @@ def test_the_cluster_user_gets_none_of_roots_cache_folders(monkeypatch):
     """torch.compile in the tests' own (root) process sets TORCHINDUCTOR_CACHE_DIR to root's folder;
     a notebook kernel or a job of the cluster user that inherited it could not compile (CI: step
     12's compiled runs failed after another test compiled). tools/kernel-as-user and
-    conftest.submit_as_cluster_user leave these variables out."""
+    cluster_user.submit_as_cluster_user leave these variables out."""
     import os
     import re
     import shutil
@@ -46,12 +44,11 @@ def test_the_cluster_user_gets_none_of_roots_cache_folders(monkeypatch):
 
     import pytest
 
-    import conftest
-    import local_slurm
+    from practice_cluster import cluster_user
     if os.geteuid() != 0:
         pytest.skip("needs root to act as the cluster user")
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "/tmp/torchinductor_root")
-    conftest.reachable_python()  # o+x on the folders above the repository
+    cluster_user.reachable_python()  # o+x on the folders above the repository
     (ROOT / "runs").mkdir(exist_ok=True)
     (ROOT / "runs").chmod((ROOT / "runs").stat().st_mode | 0o011)
     tmp_path = Path(tempfile.mkdtemp(dir=ROOT / "runs"))  # (not /tmp/pytest-of-root: root's only)
@@ -63,10 +60,10 @@ def test_the_cluster_user_gets_none_of_roots_cache_folders(monkeypatch):
     (tmp_path / "copy").mkdir()
     connection = tmp_path / "connection.json"
     connection.write_text("{}")
-    r = subprocess.run([str(ROOT / "tools" / "kernel-as-user"), local_slurm.CLUSTER_USER, str(tmp_path / "copy"),
+    r = subprocess.run([str(ROOT / "tools" / "kernel-as-user"), cluster_user.CLUSTER_USER, str(tmp_path / "copy"),
                         str(tmp_path), str(fake), str(connection)], cwd=tmp_path, capture_output=True, text=True)
     shutil.rmtree(tmp_path)
-    assert r.stdout == f"user={local_slurm.CLUSTER_USER} cache=unset\n", (r.stdout, r.stderr)
-    # the two lists are one: the batch of variables kernel-as-user unsets is conftest's
+    assert r.stdout == f"user={cluster_user.CLUSTER_USER} cache=unset\n", (r.stdout, r.stderr)
+    # the two lists are one: the batch of variables kernel-as-user unsets is cluster_user's
     unset = re.findall(r"-u (\w+)", (ROOT / "tools" / "kernel-as-user").read_text())
-    assert conftest.ROOTS_OWN[1::2] == unset == ["TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TORCH_EXTENSIONS_DIR"]
+    assert cluster_user.ROOTS_OWN[1::2] == unset == ["TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "TORCH_EXTENSIONS_DIR"]

@@ -5,7 +5,7 @@ import subprocess
 import time
 from pathlib import Path
 
-import local_slurm
+from practice_cluster import config, daemons
 
 
 def sh(cmd, env):
@@ -18,7 +18,7 @@ def test_nodes_and_partitions_are_the_tables(cluster):
     for line in r.stdout.splitlines():
         node, cpus, mem, gres, part = line.split()
         seen.setdefault(node, (int(cpus), int(mem), gres, set()))[3].add(part.rstrip("*"))
-    for c in local_slurm.CLUSTERS.values():
+    for c in config.CLUSTERS.values():
         n = c["node"]
         for name in n["names"]:
             cpus, mem, gres, parts = seen[name]
@@ -61,7 +61,7 @@ def test_names_resolve_as_on_a_real_cluster(cluster, tmp_path):
     r = sh(f"srun -p gputest -A project_2001234 --gres=gpu:gh200:1 -w r01g02 -t 1 bash {script}", cluster)
     assert r.stdout.split() == ["10.77.0.12", "10.77.0.14", "nid005001", "nid005001"], (r.stdout, r.stderr)
     hosts = open("/etc/hosts").read()
-    assert not any(name in hosts for name in local_slurm.NODES)
+    assert not any(name in hosts for name in config.NODES)
 
 
 PINNED_TORCH = re.search(r"^torch==(\S+)", (Path(__file__).parent.parent / "requirements.txt").read_text(),
@@ -99,9 +99,13 @@ def test_sacct_knows_finished_jobs(cluster, tmp_path):
 
 
 def test_start_is_idempotent(cluster):
-    assert local_slurm.running()
-    local_slurm.start()  # a healthy cluster is reused, not restarted
-    assert local_slurm.running()
+    """A healthy cluster is reused, not restarted: every daemon keeps its process."""
+    def pids():
+        return {p.name: p.read_text().split()[0] for p in daemons.daemon_pidfiles()}
+    before = pids()
+    assert daemons.running() and len(before) == len(daemons.daemon_pidfiles())
+    daemons.start()
+    assert daemons.running() and pids() == before
 
 
 # Not root, as on Roihu and LUMI: tests/test_cluster_user.py runs notebooks 01 and 05 as the

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-import local_slurm
+from practice_cluster import config
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -33,7 +33,7 @@ LUMI_STEP = "torchrun --standalone --nproc_per_node=2 --numa-binding exclusive"
 
 
 def test_numa_binding_on_the_practice_cluster_is_a_notice_not_a_crash(cluster):
-    sif = local_slurm.CLUSTERS["lumi"]["containers"][0]
+    sif = config.CLUSTERS["lumi"]["containers"][0]
     for srun, step in [
             ("srun -p gputest -A project_2001234 --gres=gpu:gh200:2 -t 2 bash -c 'module load python-pytorch && ", STEP),
             ("srun -p small-g -A project_462000000 --gpus-per-node=2 -t 2 bash -c 'module use "

@@ -2,13 +2,14 @@
 cluster's ordinary user, from that user's copy of the repository (conftest.py), as the notebooks do.
 
 EXPECTED maps a file to regular expressions its job output must match. Files a notebook
-submits are checked there (nbval compares the job's output), see test_site.py.
+submits are checked there (nbval compares the job's output), see test_sbatch_files.py.
 """
 import re
 
 import pytest
 
-from conftest import stored_output, submit_as_cluster_user
+from conftest import stored_output
+from practice_cluster.cluster_user import submit_as_cluster_user
 
 
 def _stored_losses():
@@ -81,7 +82,7 @@ EXPECTED = {
 
 
 # A file for any site names no project: the practice cluster, like Roihu and LUMI, refuses a job
-# without one (tools/local_slurm.py, NO_PROJECT), so the test gives it, as a reader would.
+# without one (tools/practice_cluster/config.py, NO_PROJECT), so the test gives it, as a reader would.
 OPTIONS = {"slurm/01-ddp-generic.sbatch": ["--account=project_2001234"]}
 
 

@@ -7,10 +7,18 @@
 
 Commands run from the repository root, so paths read the same as in the README. A failing
 command or job raises, so a notebook (and the test suite that executes it) stops right there.
+
+A job's end prints the same on the practice cluster and on a real one, from its record
+(sacct's and scontrol's State and ExitCode, which is "code:signal"): "job N ended with exit code
+C" when its batch script exited with C, "job N was killed by signal S (SIGKILL)" when a signal
+ended the script (where `sbatch --wait` would say 1 and a shell 128 + S, neither of them the
+signal), and "job N ended with Slurm state TIMEOUT" (CANCELLED, NODE_FAIL, ...) when Slurm ended
+the job, whose ExitCode then depends on whether slurmctld or the accounting database is asked.
 """
 import os
 import platform
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -140,13 +148,9 @@ def submit(sbatch_file, *options, check=True, grep=None):
     if not _practice():
         return _submit_and_watch(sbatch_file, options, check, grep)
     job_id, _ = _sbatch([*options, sbatch_file])
-    code = _wait_for_exit(job_id)
-    out = job_output(job_id)
-    print(f"job {job_id} ended with exit code {code}; its output:")
-    _show(out, grep)
-    if check and code != 0:
-        raise RuntimeError(f"job {job_id} failed with exit code {code}")
-    return out
+    for _ in _poll(job_id):  # until it has ended, through requeues
+        pass
+    return _result(job_id, check, grep)
 
 
 def _sbatch(args):
@@ -162,19 +166,6 @@ def _sbatch(args):
     if not m:
         raise RuntimeError(f"sbatch refused the job: {r.stderr.strip()}")
     return m.group(1), r.returncode
-
-
-def _wait_for_exit(job_id):
-    """What `sbatch --wait` returns, for a practice-cluster job: its exit code once it has ended
-    (the batch script's exit status; 1 if a signal ended it), through requeues. Polled every
-    0.2 s, where sbatch --wait polls every 2 s: the suite's ~150 jobs would wait ~1 s each."""
-    while True:
-        state, code, sig = _exit_status(job_id)
-        if state is None:
-            raise RuntimeError(f"job {job_id}: neither scontrol nor sacct knows it")
-        if state in FINAL:
-            return 1 if sig else code
-        time.sleep(0.2)
 
 
 def numbers(pattern, text):
@@ -194,47 +185,49 @@ def start(sbatch_file, *args, options=()):
 def queue_state(job_id, until=None, timeout=60):
     """squeue's state and reason, "PENDING (Dependency)", once the scheduler has looked at the
     job (just submitted, it shows PENDING without a reason for a moment); with `until`, once
-    the reason is that one."""
-    deadline = time.monotonic() + timeout
-    while True:
-        state, reason = _squeue(job_id)
+    the reason is that one. The final state if the job ends first."""
+    for state, reason, waited in _poll(job_id):
         done = reason == until if until else (state != "PENDING" or reason not in ("", "None"))
-        if done or time.monotonic() > deadline:
-            return state + (f" ({reason})" if reason and reason != "None" else "")
-        time.sleep(0.2)
+        if done or waited > timeout:
+            return _queued(state, reason)
+    return _exit_status(job_id)[0] or ""
 
 
 def wait_job(job_id, until=None, timeout=300):
-    """Wait until the job has left the queue or, with `until`, until its output contains that
-    text; return its output so far. Raises if the time runs out, or the job ends first."""
-    import time
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        path = ROOT / "logs" / f"job-{job_id}.out"
-        out = without_gloo_lines(path.read_text()) if path.exists() else ""
+    """Wait until the job has ended or, with `until`, until its output contains that text;
+    return its output so far. Raises if the time runs out, or the job ends first."""
+    for _, _, waited in _poll(job_id):
+        out = _output_so_far(job_id)
         if until is not None and until in out:
             return out
-        state = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"], env=_env(),
-                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True).stdout.strip()
-        if state in ("", *FINAL):  # (FINAL: every state of a job that has ended, below)
-            if until is None:
-                return out
-            raise RuntimeError(f"job {job_id} ended ({state or 'left the queue'}) before printing {until!r}:\n{out}")
-        time.sleep(0.2 if _practice() else 1)  # (a real cluster's slurmctld: no faster than once a second)
-    raise RuntimeError(f"job {job_id}: still waiting after {timeout} s")
+        if waited > timeout:
+            raise RuntimeError(f"job {job_id}: still waiting after {timeout} s")
+    out = _output_so_far(job_id)
+    if until is None or until in out:
+        return out
+    state = _exit_status(job_id)[0]
+    raise RuntimeError(f"job {job_id} ended ({state or 'left the queue'}) before printing {until!r}:\n{out}")
+
+
+def _output_so_far(job_id):
+    path = ROOT / "logs" / f"job-{job_id}.out"
+    return without_gloo_lines(path.read_text()) if path.exists() else ""
 
 
 # --8<-- [start:queue]
 # On a real cluster (not the tests' practice cluster, whose stored outputs stay as they are):
 # say where a job goes, refuse the batch scripts' placeholder projects before submitting, show
 # squeue's state and reason while the job waits, and stop waiting after JOBS_WAIT_LIMIT seconds.
+# On both: one wait for a job (_poll) and one way to say how it ended (_how_it_ended).
 PLACEHOLDER_ACCOUNTS = ("project_2001234", "project_462000000")  # in slurm/*.sbatch
+# Every state that ends a job (sacct's JOB STATE CODES); the others (PENDING, RUNNING, REQUEUED,
+# COMPLETING, SUSPENDED, ...) come before an end.
 FINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
          "BOOT_FAIL", "DEADLINE", "PREEMPTED")
 
 
 def _practice():
-    """True on the tests' practice cluster (tools/local_slurm.py, ClusterName=practice), unless
+    """True on the tests' practice cluster (tools/practice_cluster/, ClusterName=practice), unless
     JOBS_AS_REAL_CLUSTER=1 (the tests of the real-cluster path)."""
     if os.environ.get("JOBS_AS_REAL_CLUSTER") == "1":
         return False
@@ -265,23 +258,80 @@ def _squeue(job_id):
     return state, reason
 
 
-def _exit_status(job_id):
-    """(state, exit code, signal) of a job: scontrol while slurmctld still holds it, then sacct."""
-    for cmd, pattern in ((["scontrol", "-o", "show", "job", job_id], r"JobState=(\S+) .*ExitCode=(\d+):(\d+)"),
-                         (["sacct", "-n", "-X", "-P", "-j", job_id, "-o", "State,ExitCode"], r"^(\w+)[^|\n]*\|(\d+):(\d+)")):
-        r = subprocess.run(cmd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        m = re.search(pattern, r.stdout, flags=re.M)
-        if m:
-            return m.group(1), int(m.group(2)), int(m.group(3))
+def _queued(state, reason):
+    return state + (f" ({reason})" if reason and reason != "None" else "")
+
+
+def _poll(job_id, every=None):
+    """The one wait for a job, which every function here that waits is built on: squeue's
+    (state, reason, seconds waited) at each look while the job has not ended. It stops once
+    squeue shows one of FINAL, or once the job has left squeue's list (MinJobAge after its end)
+    and its record says it has ended or no record is found (a record still RUNNING: the
+    accounting database is a moment behind, or squeue did not answer). A requeued job has not
+    ended. every(waited): seconds to the next look; 0.2 on the practice cluster (sbatch --wait
+    looks every 2 s: the suite's ~150 jobs would wait ~1 s longer each), else 1 (a real
+    cluster's slurmctld serves everyone)."""
+    start_time = time.monotonic()
+    while True:
+        state, reason = _squeue(job_id)
+        if not state:
+            state, reason = _exit_status(job_id)[0] or "", ""
+        if state in ("", *FINAL):
+            return
+        waited = time.monotonic() - start_time
+        yield state, reason, waited
+        time.sleep(every(waited) if every else 0.2 if _practice() else 1)
+
+
+# A job's record, with ExitCode as "code:signal" (the batch script's exit status, or the signal
+# that ended it): slurmctld's while it still holds the job, then the accounting database's.
+_RECORDS = {"scontrol": (["scontrol", "-o", "show", "job"], r"(?:^|\s)JobState=(\S+)\s.*?\sExitCode=(\d+):(\d+)"),
+            "sacct": (["sacct", "-n", "-X", "-P", "-o", "State,ExitCode", "-j"], r"^(\w+)[^|\n]*\|(\d+):(\d+)")}
+
+
+def _record(source, text):
+    """(state, exit code, signal) from scontrol's or sacct's answer, or None."""
+    m = re.search(_RECORDS[source][1], text, flags=re.M)
+    return (m.group(1), int(m.group(2)), int(m.group(3))) if m else None
+
+
+def _exit_status(job_id, sources=("scontrol", "sacct")):
+    """(state, exit code, signal) of a job from the first source that knows it, else Nones."""
+    for source in sources:
+        r = subprocess.run([*_RECORDS[source][0], job_id], env=_env(), stdout=subprocess.PIPE,
+                           stderr=subprocess.DEVNULL, text=True)
+        record = _record(source, r.stdout)
+        if record:
+            return record
     return None, None, None
 
 
-def _exit_code(job_id):
-    """The finished job's exit code (128 + the signal's number if a signal ended it)."""
-    _, code, sig = _exit_status(job_id)
-    if code is None:
-        return None
-    return code or (128 + sig if sig else 0)
+def _how_it_ended(state, code, sig):
+    """What follows "job N " (the module's docstring says why): the exit code or the signal where
+    the batch script ended the job, Slurm's state where Slurm did."""
+    if state is None:
+        return "ended with exit code unknown"
+    if state == "FAILED" and sig:
+        try:
+            return f"was killed by signal {sig} ({signal.Signals(sig).name})"
+        except ValueError:  # a number Python has no name for
+            return f"was killed by signal {sig}"
+    if state == "COMPLETED" or (state == "FAILED" and code):
+        return f"ended with exit code {code}"
+    return f"ended with Slurm state {state}"
+
+
+def _result(job_id, check, grep):
+    """How an ended job ended and its output, printed and returned; with check, raises unless
+    it completed."""
+    state, code, sig = _exit_status(job_id)
+    how = _how_it_ended(state, code, sig)
+    out = job_output(job_id)
+    print(f"job {job_id} {how}; its output:")
+    _show(out, grep)
+    if check and state != "COMPLETED":
+        raise RuntimeError(f"job {job_id} {how}")
+    return out
 
 
 def _submit_and_watch(sbatch_file, options, check, grep):
@@ -306,13 +356,10 @@ def _submit_and_watch(sbatch_file, options, check, grep):
 def watch(job_id, limit, why=None):
     """While the job is in the queue, show squeue's state and reason and the time waited; True
     once it has ended, False if it is still there after `limit` seconds (it stays queued)."""
-    start_time, shown = time.monotonic(), None
-    while True:
-        state, reason = _squeue(job_id)
-        if state in ("", *FINAL):
-            break
-        waited = int(time.monotonic() - start_time)
-        status = f"job {job_id}: {state}" + (f" ({reason})" if reason and reason != "None" else "")
+    shown = None
+    for state, reason, waited in _poll(job_id, every=lambda waited: 2 if waited < 30 else 10):
+        waited = int(waited)
+        status = f"job {job_id}: {_queued(state, reason)}"
         # One line per state; the time on it is rewritten in place (\r), not printed again.
         print(("\n" if shown not in (None, status) else "\r") + f"{status}, {waited // 60}:{waited % 60:02d} waited",
               end="", flush=True)
@@ -321,7 +368,6 @@ def watch(job_id, limit, why=None):
             print(f"\nstopped waiting after {int(limit)} s{f' ({why})' if why else ''}; the job stays in the queue.\n"
                   f"Later: job_result(\"{job_id}\") in a cell prints its output (squeue -j {job_id} shows it meanwhile).")
             return False
-        time.sleep(2 if waited < 30 else 10)
     if shown is not None:
         print()
     return True
@@ -331,16 +377,8 @@ def job_result(job_id, check=True, grep=None):
     """A submitted job's output, by its id: prints how it ended and its output, as submit() does
     (a cell that stopped waiting can pick the job up later). None while the job is still queued."""
     job_id = str(job_id)
-    state, reason = _squeue(job_id)
-    if state and state not in FINAL:
-        print(f"job {job_id} is {state}" + (f" ({reason})" if reason and reason != "None" else "")
-              + ": not finished yet, try again later")
+    for state, reason, _ in _poll(job_id):  # one look
+        print(f"job {job_id} is {_queued(state, reason)}: not finished yet, try again later")
         return None
-    code = _exit_code(job_id)
-    out = job_output(job_id)
-    print(f"job {job_id} ended with exit code {'unknown' if code is None else code}; its output:")
-    _show(out, grep)
-    if check and code:
-        raise RuntimeError(f"job {job_id} failed with exit code {code}")
-    return out
+    return _result(job_id, check, grep)
 # --8<-- [end:queue]
