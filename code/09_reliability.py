@@ -25,9 +25,9 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler
 
-from ddp_helpers import (ConvNet, accuracy, assert_replicas_equal, cleanup, fail, ignore_stop_signals,
-                         load_dataset, mean_over_ranks, per_rank_batch, print0, setup_distributed,
-                         signal_like_slurm, stop_signals_blocked, weights_fingerprint)
+from ddp_helpers import (ConvNet, accuracy, assert_replicas_equal, cleanup, fail, load_dataset,
+                         mean_over_ranks, per_rank_batch, print0, setup_distributed, weights_fingerprint)
+from stop_signals import ignore_stop_signals, signal_like_slurm, stop_signals_blocked
 
 STOPPED = 3  # exit code: stopped on a signal, checkpoint written
 

@@ -18,7 +18,7 @@ import time
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from ddp_helpers import ignore_stop_signals, signal_like_slurm, stop_signals_blocked
+from stop_signals import ignore_stop_signals, signal_like_slurm, stop_signals_blocked
 
 noted = []  # the main process's handler only notes the signal, as step 9's training does
 

@@ -17,8 +17,9 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler, Subset
 
-from ddp_helpers import (ConvNet, DigitZip, accuracy, assert_replicas_equal, cleanup, cores_per_rank, fail,
-                         mean_over_ranks, per_rank_batch, prepare_digits, print0, setup_distributed)
+from data_loading import DigitZip, cores_per_rank, prepare_digits
+from ddp_helpers import (ConvNet, accuracy, assert_replicas_equal, cleanup, fail,
+                         mean_over_ranks, per_rank_batch, print0, setup_distributed)
 
 p = argparse.ArgumentParser()
 p.add_argument("--epochs", type=int, default=2)

@@ -10,7 +10,7 @@ import warnings
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset
 
-from ddp_helpers import DigitFiles, DigitZip, prepare_digits
+from data_loading import DigitFiles, DigitZip, prepare_digits
 
 p = argparse.ArgumentParser()
 p.add_argument("--data-dir", default="runs/13-bench", help="prepared here first if empty")

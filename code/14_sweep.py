@@ -220,9 +220,8 @@ t.set_title(f"timed steps only; efficiency against {BASE}; verdict: {'PASS' if n
 cpu = " (CPU: these numbers say nothing about GPUs)" if rows[0]["device"] == "cpu" else ""
 fig.suptitle(f"{len(rows)} jobs of {run['sbatch']}, backend {rows[0]['backend']}{cpu}", fontsize=12)
 fig.tight_layout()
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
-import charts  # noqa: E402 (tools/charts.py: a chart whose every text is >= 11 px on the page)
-charts.save(fig, os.path.join(args.out, "scaling.png"))
+import chart_file  # noqa: E402 (code/chart_file.py: a chart whose every text is >= 11 px on the page)
+chart_file.save(fig, os.path.join(args.out, "scaling.png"))
 plt.close(fig)
 
 lines = ["# Scalability report", "",

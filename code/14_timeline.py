@@ -17,7 +17,6 @@ import glob
 import json
 import os
 import re
-import sys
 
 MAX_MB = 50  # larger traces: open them in Perfetto (ui.perfetto.dev), which reads GBs
 RANGES = ("data", "forward", "backward", "optimizer")
@@ -180,7 +179,6 @@ if __name__ == "__main__":
     traces = load(args.folder, args.max_mb)
     print("\n".join(table(traces)))
     if args.png:
-        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
-        import charts  # tools/charts.py: a chart whose every text is >= 11 px on the page
-        charts.save(figure(traces, args.folder), args.png)
+        import chart_file  # code/chart_file.py: a chart whose every text is >= 11 px on the page
+        chart_file.save(figure(traces, args.folder), args.png)
         print(f"timeline: {args.png}")

@@ -7,16 +7,9 @@ import contextlib
 import hashlib
 import importlib.util
 import math
-import multiprocessing.resource_tracker
-import multiprocessing.util  # noqa: F401 (its exit handler is registered first)
 import os
 import re
-import signal
-import socket
-import subprocess
 import sys
-import time
-import zipfile
 from datetime import timedelta
 
 import numpy as np
@@ -27,7 +20,8 @@ from torch.utils.data import TensorDataset
 
 # Python writes a line and its newline in two writes when a stream is unbuffered (python -u,
 # PYTHONUNBUFFERED; always for a SystemExit message on stderr), so lines from several ranks
-# sharing one pipe can merge. Buffered (print(..., flush=True)), each line is one write.
+# sharing one pipe can merge. Buffered (print(..., flush=True)), each line is one write. Here,
+# at import, since every step that starts ranks imports this module.
 for stream in (sys.stdout, sys.stderr):
     if hasattr(stream, "reconfigure"):
         stream.reconfigure(write_through=False)
@@ -71,84 +65,6 @@ def load_dataset(name="digits", data_dir="data"):
                 f"datasets.MNIST('{data_dir}', download=True)\"") from None
     raise SystemExit(f"error: unknown dataset {name!r}: use digits or mnist")
 # --8<-- [end:data]
-
-
-# --8<-- [start:packed]
-def prepare_digits(data_dir, slow=0.0):
-    """Write the digits as a real data set usually arrives, one small file per image
-    (files/train/00000_5.f32: index, label; 64 float32 pixels), and the same files packed into one uncompressed
-    zip per split (digits-train.zip, digits-test.zip). Each is written under a temporary name
-    and renamed when complete: a reader never finds half a file. `slow`: seconds to wait first
-    (a large data set to unpack). Returns the paths of the two zips."""
-    time.sleep(slow)
-    splits = dict(zip(("train", "test"), load_dataset("digits")))
-    paths = []
-    for split, data in splits.items():
-        folder = os.path.join(data_dir, "files", split)
-        os.makedirs(folder, exist_ok=True)
-        packed = os.path.join(data_dir, f"digits-{split}.zip")
-        partial = f"{packed}.partial-{os.getpid()}"
-        with zipfile.ZipFile(partial, "w", zipfile.ZIP_STORED) as z:  # stored: read without unpacking
-            for i, (x, y) in enumerate(data):
-                name = f"{split}/{i:05d}_{int(y)}.f32"
-                z.writestr(name, x.numpy().tobytes())
-                with open(os.path.join(data_dir, "files", name), "wb") as f:
-                    f.write(x.numpy().tobytes())
-        os.replace(partial, packed)  # atomic: the complete file appears at once
-        paths.append(packed)
-    return paths
-
-
-def _sample(raw, name):
-    """(1x8x8 image, label) from one file's bytes and its name (..._<label>.f32)."""
-    return torch.frombuffer(bytearray(raw), dtype=torch.float32).view(1, 8, 8), int(name[-5])
-
-
-class DigitFiles(torch.utils.data.Dataset):
-    """One file per image: an open() and a read() per sample (on Lustre: a metadata request
-    to the shared servers for each one)."""
-
-    def __init__(self, folder):
-        self.paths = sorted(os.path.join(folder, n) for n in os.listdir(folder))
-
-    def __len__(self):
-        return len(self.paths)
-
-    def __getitem__(self, i):
-        with open(self.paths[i], "rb") as f:
-            return _sample(f.read(), self.paths[i])
-
-
-class DigitZip(torch.utils.data.Dataset):
-    """The same images from one zip file: opened once per process (each loader worker opens
-    its own handle), then a seek and a read per sample."""
-
-    def __init__(self, path):
-        self.path, self.zip, self.pid = path, None, None
-        with zipfile.ZipFile(path) as z:  # fails here, in the main process, for a bad file
-            self.names = sorted(z.namelist())
-
-    def __len__(self):
-        return len(self.names)
-
-    def __getitem__(self, i):
-        if self.pid != os.getpid():  # first use in this process: a handle of its own
-            self.zip, self.pid = zipfile.ZipFile(self.path), os.getpid()
-        return _sample(self.zip.read(self.names[i]), self.names[i])
-# --8<-- [end:packed]
-
-
-# --8<-- [start:cores]
-def cores_per_rank():
-    """(cores this rank may use, cores it sees, ranks sharing them) from the CPU affinity,
-    not from SLURM_CPUS_PER_TASK. Ranks on one node that see the same cores share them: one
-    torchrun per node without binding gives all of its processes the task's cores."""
-    mine = (socket.gethostname(), sorted(os.sched_getaffinity(0)))
-    everyone = [None] * dist.get_world_size()
-    dist.all_gather_object(everyone, mine)
-    sharing = everyone.count(mine)
-    return max(1, len(mine[1]) // sharing), len(mine[1]), sharing
-# --8<-- [end:cores]
 
 
 class ConvNet(nn.Module):
@@ -297,78 +213,6 @@ def clear_init_errors(timeout_s):
                              + (f" ({joined.group(1)} did)" if joined else "")) from None
         raise
 # --8<-- [end:errors]
-
-
-# --8<-- [start:workers]
-STOP_SIGNALS = {signal.SIGTERM, signal.SIGUSR1}  # preemption / time limit, and Slurm's warning
-
-
-def ignore_stop_signals(worker_id):
-    """worker_init_fn for DataLoaders of a training that handles Slurm's signals (step 9).
-
-    Slurm signals every process of a job step, loader workers included. PyTorch's workers die
-    of SIGTERM (their handler re-raises it), and with the spawn or forkserver start method
-    (Python 3.14's default) of USR1 too; the main process then fails with "DataLoader worker
-    ... exited unexpectedly" before it can save. The main process decides when to stop; its
-    workers end when it does.
-    """
-    for s in STOP_SIGNALS:
-        signal.signal(s, signal.SIG_IGN)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)  # see stop_signals_blocked()
-
-
-@contextlib.contextmanager
-def stop_signals_blocked(enabled=True, start_method="fork"):
-    """Start loader workers inside this (`iter(loader)`): they begin with the signals blocked
-    until ignore_stop_signals() ignores them; a signal in between would find PyTorch's handler.
-    This process gets a signal that arrived meanwhile when the block ends. Give the loader's
-    `start_method`: spawn and forkserver need multiprocessing's resource tracker."""
-    if enabled:
-        signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
-        if start_method != "fork":  # starting the tracker unblocks SIGTERM: start it, block again
-            multiprocessing.resource_tracker.ensure_running()
-            signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
-    try:
-        yield
-    finally:
-        if enabled:
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
-
-
-def end_workers_at_exit():
-    """At exit, multiprocessing stops the loader workers with SIGTERM, which they now ignore, and
-    then waits for them forever: a rank that fails (a collective's timeout, an error) would hold
-    its job until the time limit. Registered after multiprocessing's handler, this one runs first:
-    it ends them with SIGKILL (quietly: PyTorch's SIGCHLD handler would report each one)."""
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    for p in multiprocessing.active_children():
-        if p.daemon:
-            p.kill()
-
-
-atexit.register(end_workers_at_exit)
-# --8<-- [end:workers]
-
-
-def children(pid):
-    """The process ids whose parent is `pid` (read from /proc: a rank's loader workers)."""
-    found = []
-    for child in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{child}/stat") as f:
-                if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
-                    found.append(int(child))
-        except (OSError, IndexError, ValueError):
-            pass
-    return found
-
-
-def signal_like_slurm(name):
-    """Send signal `name` (USR1, TERM) to this process and its children (the loader workers) at
-    once, from another process, as Slurm signals every process of a step; then wait a moment,
-    the rest of a real step. (A worker that gets SIGTERM from its own parent just exits.)"""
-    subprocess.run(["kill", f"-{name}", str(os.getpid()), *map(str, children(os.getpid()))], check=True)
-    time.sleep(0.5)
 
 
 def fail(message):

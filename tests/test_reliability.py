@@ -20,7 +20,8 @@ import pytest
 import torch
 
 import ddp_helpers as h
-import local_slurm
+import stop_signals
+from practice_cluster import daemons
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -77,7 +78,7 @@ def test_sigterm_stops_mid_epoch_and_every_rank_resumes_its_own_random_numbers(t
     # As Slurm signals a step: rank 1 and its loader workers (--workers 2) at once, from outside
     # (a worker signalled by its parent would just exit). The workers ignore it (ignore_stop_signals).
     for _ in range(600):  # the workers start with the first batch
-        children = h.children(procs[1].pid)
+        children = stop_signals.children(procs[1].pid)
         if len(children) == 2:
             break
         time.sleep(0.05)
@@ -191,7 +192,7 @@ def test_torchrun_passes_slurms_warning_on_with_signals_to_handle(cluster):
 
 
 # Each helper module's worker_init_fn that makes loader workers ignore Slurm's signals
-IGNORE_IN_WORKERS = {"ddp_helpers": "ignore_stop_signals", "take_home": "workers_ignore_signals"}
+IGNORE_IN_WORKERS = {"stop_signals": "ignore_stop_signals", "take_home": "workers_ignore_signals"}
 
 FAILING_RANK = """
 import sys, torch
@@ -206,14 +207,14 @@ for i, batch in enumerate(loader):
 """
 
 
-@pytest.mark.parametrize("script", ["ddp_helpers", "take_home"])
+@pytest.mark.parametrize("script", ["stop_signals", "take_home"])
 def test_a_failing_rank_with_workers_that_ignore_signals_still_exits(script):
     """Loader workers that ignore SIGTERM (step 9) must not keep a failed rank alive:
     multiprocessing's exit handler stops them with SIGTERM and then waits for them forever,
     so the job would hold its nodes until its time limit (found as the cluster user: a 16-rank
     job whose collective timed out hung on). The scripts end them with SIGKILL at exit."""
-    if script == "ddp_helpers":  # its import registers end_workers_at_exit; steps 4 and 9 fork
-        code = FAILING_RANK.format(helpers=f"from ddp_helpers import {IGNORE_IN_WORKERS[script]}",
+    if script == "stop_signals":  # its import registers end_workers_at_exit; steps 4 and 9 fork
+        code = FAILING_RANK.format(helpers=f"from stop_signals import {IGNORE_IN_WORKERS[script]}",
                                    ignore=IGNORE_IN_WORKERS[script], start="fork")
     else:  # the file trains only as __main__; main() registers end_workers as this does
         assert "    atexit.register(end_workers)" in (ROOT / "code" / "take_home.py").read_text()
@@ -245,14 +246,14 @@ if __name__ == "__main__":
 """
 
 
-@pytest.mark.parametrize("module", ["ddp_helpers", "take_home"])
+@pytest.mark.parametrize("module", ["stop_signals", "take_home"])
 def test_spawned_workers_start_with_both_signals_blocked(module, tmp_path):
     """A spawned worker is a new Python: until worker_init_fn ignores Slurm's signals, SIGTERM
     kills it. The workers must start with USR1 and TERM blocked, but multiprocessing's resource
     tracker, which spawn starts on first use, unblocks SIGTERM as it starts: the helpers start
     it before they block again (without that, the workers start with only USR1 blocked)."""
-    start = ("with ddp_helpers.stop_signals_blocked(start_method=\"spawn\"):\n        batches = iter(loader)"
-             if module == "ddp_helpers" else "batches = take_home.start_workers(loader)")
+    start = ("with stop_signals.stop_signals_blocked(start_method=\"spawn\"):\n        batches = iter(loader)"
+             if module == "stop_signals" else "batches = take_home.start_workers(loader)")
     script = tmp_path / "first_mask.py"
     script.write_text(WORKERS_FIRST_MASK.format(code=str(ROOT / "code"), module=module,
                                                 ignore=IGNORE_IN_WORKERS[module], start=start))
@@ -428,7 +429,7 @@ def test_a_lost_node_requeues_the_job_within_60_s(cluster):
         assert "a node is lost: srun still waits" in out and "a node was lost: requeueing job" in out, out
         runs = _slurm(cluster, "sacct", "-D", "-X", "-n", "-j", job, "-o", "State").split()
         assert runs[:1] == ["REQUEUED"], runs  # what the page says sacct shows
-        local_slurm.start_node(lost)  # the node comes back (ReturnToService=2)
+        daemons.start_node(lost)  # the node comes back (ReturnToService=2)
         out = _wait(cluster, job, "resumed from")
         assert re.search(r"run 1 of job \d+\n.*resumed from runs/take-home-\d+\.pt: epoch [1-9]", out, re.S), out
     finally:
@@ -436,5 +437,5 @@ def test_a_lost_node_requeues_the_job_within_60_s(cluster):
         _wait(cluster, job, timeout=90)
         for f in ROOT.glob(f"runs/take-home-{job}.pt*"):
             f.unlink()
-        if lost and not local_slurm.pid_alive(local_slurm.STATE / f"slurmd-{lost}.pid"):
-            local_slurm.start_node(lost)
+        if lost and not daemons.pid_alive(daemons.STATE / f"slurmd-{lost}.pid"):
+            daemons.start_node(lost)
