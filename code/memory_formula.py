@@ -2,7 +2,7 @@
 
 Standard library only: step 16's script checks every formula against what the frameworks really
 hold, and the calculator on step 16's page (docs/javascripts/memory-calculator.js) computes the
-same numbers in the browser (tests/test_browser.py compares the two).
+same numbers in the browser (tests/browser/test_calculator.py compares the two).
 
     from memory_formula import bytes_per_device
     bytes_per_device(7e9, "fsdp2", devices=4, precision="bf16-mixed", optimizer="adam")

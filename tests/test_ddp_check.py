@@ -12,7 +12,6 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "code"))
 import ddp_check  # noqa: E402
 
 

@@ -44,7 +44,6 @@ def test_talk_reports_a_wrong_sum(tmp_path):
 def test_stored_talk_tables_are_consistent():
     """nbval cannot compare the talk tables' times (sanitize.cfg hides them), so a hand edit of the
     stored output would pass unseen: check every row the page shows against the script's formula."""
-    sys.path.insert(0, str(ROOT / "tools"))
     import mkdocs_hooks  # the page's own reader of a tagged cell's output
     units = {"KiB": 2**10, "MiB": 2**20, "GiB": 2**30}
     for tag, processes in [("talk", 8), ("talk-lumi", 16)]:

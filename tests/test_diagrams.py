@@ -12,7 +12,6 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 IMAGES = ROOT / "docs" / "images"
 SVG_NS = "{http://www.w3.org/2000/svg}"
-sys.path.insert(0, str(ROOT / "tools"))
 import diagrams  # noqa: E402
 
 NAMES = sorted(diagrams.DIAGRAMS)
@@ -55,7 +54,7 @@ def test_every_svg_is_shown_on_a_page_with_alt_text():
 
 def test_every_diagram_is_a_figure_that_opens_on_its_own(site_dir):
     """On the built pages each diagram sits in a figure.diagram (natural size, scrolling sideways
-    on a phone: test_browser.py::test_diagrams_keep_their_size_on_a_phone), as a link to the SVG."""
+    on a phone: tests/browser/test_layout.py::test_diagrams_keep_their_size_on_a_phone), as a link to the SVG."""
     for page in sorted((ROOT / "docs").glob("*.md")):
         srcs = re.findall(r"!\[[^\]]*\]\((images/[^)\s]+\.svg)\)", page.read_text())
         if not srcs:

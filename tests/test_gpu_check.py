@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tools"))
 import gpu_check  # noqa: E402
 import mkdocs_hooks  # noqa: E402
 

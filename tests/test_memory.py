@@ -1,14 +1,12 @@
 """Step 16's formulas (code/memory_formula.py): the numbers its page states are the formula's,
 and bad input gets a one-line error. The measurements against the frameworks run in
-notebooks/16-memory.ipynb; the calculator's JavaScript is compared in tests/test_browser.py."""
+notebooks/16-memory.ipynb; the calculator's JavaScript is compared in tests/browser/test_calculator.py."""
 import re
-import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "code"))
 import memory_formula as mf  # noqa: E402
 
 PAGE = (ROOT / "docs" / "16-memory.md").read_text()

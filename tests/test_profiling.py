@@ -17,7 +17,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data-14"  # a GPU trace and NCCL logs, in the shapes the real ones have
-sys.path.insert(0, str(ROOT / "code"))
 timeline = importlib.import_module("14_timeline")
 
 

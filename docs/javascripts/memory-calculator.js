@@ -3,7 +3,7 @@
 
    The formula is code/memory_formula.py, line for line, with the same names (PRECISIONS, MOMENTS,
    LAYOUTS, DIVIDED, GIB, DEVICES, bytes_per_parameter, bytes_per_device, fits): a reader sees
-   one formula, and tests/test_browser.py checks that this page prints what the Python prints.
+   one formula, and tests/browser/test_calculator.py checks that this page prints what the Python prints.
    Plain JavaScript: no library, no network. */
 (function () {
   "use strict";

@@ -6,7 +6,7 @@ import re
 import textwrap
 
 KINDS = ("diff", "output", "fact", "repository", "account", "gpu-status")
-# A marker the build left in a page (tests/test_site.py looks for one in the built HTML).
+# A marker the build left in a page (tests/test_site_build.py looks for one in the built HTML).
 LEFT_OVER = re.compile(r"<!-- (?:%s)\b[^>]*-->" % "|".join(KINDS))
 
 
