@@ -24,16 +24,29 @@ navigation) and the walk along "Next" from Home to the first multi-node batch fi
 copy (the first included slurm/*.sbatch asking for --nodes=2 or more), counted up to that include.
 The budgets (main-line prose) are shown with what each page is over by; tests/test_reading_load.py
 holds them, and at least FIGURES figures on the teaching pages.
+Then what a reader downloads: each page's cold weight, measured on the built site (the script
+builds it, `mkdocs build --strict`, unless --site names a build), as a browser with an empty cache
+fetches it at 1280 px: the page's HTML and every file it loads (its <img>, stylesheets, icon and
+scripts, the search worker and the search index, which Material fetches on every page), each
+once; "sent" is the same with the text files gzipped, as a server that compresses sends them
+(PNGs as they are). And the search index, the whole site and the .zip of the repository.
 Writes benchmarks/reading-load.md and benchmarks/reading-load.json.
 
-    python benchmarks/reading_load.py          # under a second; no torch
+    python benchmarks/reading_load.py          # about a minute (the build); no torch
+    python benchmarks/reading_load.py --site site   # measures that build instead
 """
 import argparse
+import functools
+import gzip
 import json
 import re
+import subprocess
 import sys
+import tempfile
 from dataclasses import asdict, dataclass, field
+from html.parser import HTMLParser
 from pathlib import Path
+from urllib.parse import unquote, urlparse
 
 import yaml
 
@@ -44,13 +57,16 @@ from site_build.facts import FACT, facts  # noqa: E402
 from site_build.gpu_status import GPU_STATUS, gpu_status  # noqa: E402
 from site_build.markers import expand  # noqa: E402
 from site_build.outputs import DIRECTIVE, output  # noqa: E402
-from site_build.repository import REPOSITORY  # noqa: E402
+from site_build.repository import ARCHIVE, REPOSITORY  # noqa: E402
 
 # Budgets of main-line prose words. A teaching page is a page with a notebook of its name (the
 # four files of a step, and the unnumbered pages built the same way).
 HOME, QUICK_START, CORE_PATH, TEACHING = 600, 1_000, 12_000, 3_000
 FIGURES = 25  # on the teaching pages (their Markdown pages, not the notebook pages)
 CORE_END = "05-multinode.md"
+# An assumption, for a reader on a phone: Lighthouse's mobile profile ("Slow 4G"), 1.6 Mbit/s down
+# (its 150 ms round trips not counted).
+PHONE_MBIT_S = 1.6
 
 ADMONITION = re.compile(r'^(\?\?\?\+?|!!!)\s+([\w-]+)(?:\s+"(.*)")?\s*$')
 TAB = re.compile(r'^===\+?\s+"(.*)"\s*$')
@@ -280,20 +296,116 @@ def measure(root=ROOT):
                         "teaching_page": TEACHING, "teaching_figures": FIGURES}}
 
 
+# --- What a reader downloads: measured on the built site ----------------------------------------
+
+class _Loads(HTMLParser):
+    """The URLs a page makes the browser fetch: <img src>, <link rel=stylesheet|icon href>,
+    <script src>, and from Material's configuration the search worker and the search index."""
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.urls, self._config = [], False
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        rel = (a.get("rel") or "").split()
+        if tag in ("img", "script") and a.get("src"):
+            self.urls.append(a["src"])
+        elif tag == "link" and {"stylesheet", "icon"} & set(rel) and a.get("href"):
+            self.urls.append(a["href"])
+        self._config = tag == "script" and a.get("id") == "__config"
+
+    def handle_data(self, data):
+        if self._config:
+            config = json.loads(data)
+            if config.get("search"):
+                self.urls += [config["search"], config["base"].rstrip("/") + "/search/search_index.json"]
+            self._config = False
+
+
+def loads(site, page):
+    """The files of the site that a cold visit of the page fetches, the page first, each once."""
+    parser = _Loads()
+    parser.feed(page.read_text())
+    files = [page]
+    for url in parser.urls:
+        if url.startswith(("data:", "http:", "https:", "//")):
+            continue  # counted in the HTML, or not the site's
+        path = unquote(urlparse(url).path)
+        f = (site / path.lstrip("/") if path.startswith("/") else page.parent / path).resolve()
+        if f.is_file() and f not in files:
+            files.append(f)
+    return files
+
+
+@functools.lru_cache(maxsize=None)
+def sent(path):
+    """The bytes a compressing server sends for the file (gzip; a PNG is sent as it is)."""
+    data = Path(path).read_bytes()
+    return len(data) if Path(path).suffix == ".png" else len(gzip.compress(data, 6, mtime=0))
+
+
+def cold_weight(site, page):
+    """(bytes, bytes sent gzipped) of a cold visit of the page."""
+    files = loads(Path(site).resolve(), Path(page).resolve())
+    return sum(f.stat().st_size for f in files), sum(sent(f) for f in files)
+
+
+def built_page(site, src):
+    """The built HTML of a page of the navigation (use_directory_urls: x.md is x/index.html)."""
+    stem = Path(src).with_suffix("")
+    return Path(site) / (stem.parent if stem.name == "index" else stem) / "index.html"
+
+
+def kb(n):
+    return round(n / 1000)
+
+
+def weights(site, pages):
+    """Each page's cold weight, the heaviest page and what it costs a phone, and the sizes of the
+    search index, of the whole site and of its .zip."""
+    site = Path(site)
+    per_page = {}
+    for src in pages:
+        raw, gz = cold_weight(site, built_page(site, src))
+        per_page[src] = {"cold_kb": kb(raw), "sent_kb": kb(gz)}
+    heaviest = max(per_page, key=lambda s: per_page[s]["cold_kb"])
+    seconds = lambda k: round(k * 1000 * 8 / (PHONE_MBIT_S * 1e6), 1)  # noqa: E731
+    index = site / "search" / "search_index.json"
+    archive = site / ARCHIVE
+    return per_page, {
+        "heaviest": {"page": heaviest, **per_page[heaviest],
+                     "phone_seconds": seconds(per_page[heaviest]["cold_kb"]),
+                     "phone_seconds_sent": seconds(per_page[heaviest]["sent_kb"])},
+        "phone_mbit_s": PHONE_MBIT_S,
+        "search_index_kb": kb(index.stat().st_size), "search_index_sent_kb": kb(sent(index)),
+        "site_mb": round(sum(f.stat().st_size for f in site.rglob("*") if f.is_file()) / 1e6, 1),
+        "archive_mb": round(archive.stat().st_size / 1e6, 1) if archive.exists() else None}
+
+
+def build_site(out):
+    r = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-d", str(out)],
+                       cwd=ROOT, capture_output=True, text=True)
+    if r.returncode:
+        raise SystemExit(f"mkdocs build --strict failed:\n{r.stderr[-3000:]}")
+
+
 def f(v):
     return "" if v is None else f"{v:,}"
 
 
 def markdown(result):
-    rows = ["| page | main-line prose | collapsed | outputs (collapsed) | figures | budget / over by |",
-            "|---|--:|--:|--:|--:|---|"]
+    rows = ["| page | main-line prose | collapsed | outputs (collapsed) | figures | budget / over by "
+            "| cold KB (sent) |",
+            "|---|--:|--:|--:|--:|---|--:|"]
     for p in result["pages"]:
         b = "" if p["budget"] is None else f"{p['budget']:,} / " + (f"**{p['over_by']:,}**" if p["over_by"] else "within")
         rows.append(f"| `{p['page']}` | {f(p['main'])} | {f(p['collapsed'])} | {f(p['outputs'])} "
-                    f"({f(p['outputs_collapsed'])}) | {f(p['figures'])} | {b} |")
+                    f"({f(p['outputs_collapsed'])}) | {f(p['figures'])} | {b} "
+                    f"| {f(p.get('cold_kb'))} ({f(p.get('sent_kb'))}) |")
     t = result["totals"]
     rows.append(f"| **all {len(result['pages'])} pages** | {f(t['main'])} | {f(t['collapsed'])} | "
-                f"{f(t['outputs'])} ({f(t['outputs_collapsed'])}) | {f(t['figures'])} | |")
+                f"{f(t['outputs'])} ({f(t['outputs_collapsed'])}) | {f(t['figures'])} | | |")
     core, walk = result["core_path"], result["to_first_multinode_batch_file"]
     over = lambda d: f"over by {d['over_by']:,}" if d["over_by"] else "within it"  # noqa: E731
     quick = [p for p in result["pages"] if p["budget"] == QUICK_START]
@@ -302,13 +414,17 @@ def markdown(result):
         "",
         "What a reader reads, page by page in the navigation's order. Generated by",
         "`python benchmarks/reading_load.py` from the Markdown sources and the notebooks' stored",
-        "outputs (its docstring says what counts as what); tests/test_reading_load.py fails when this",
-        "file is not what the sources give today, and when a page is over its budget (main-line prose",
-        "words) or the teaching pages hold fewer figures than their minimum.",
+        "outputs, and from the built site for the weights (its docstring says what counts as what);",
+        "tests/test_reading_load.py fails when this file is not what the sources give today, and when a",
+        "page is over its budget (main-line prose words) or the teaching pages hold fewer figures than",
+        "their minimum.",
         "",
         "- **main-line prose**: headings, paragraphs, lists, tables, open admonitions and content tabs",
         "  (every tab counted); **collapsed**: inside `???` boxes; **outputs**: words of included",
         "  outputs, those in collapsed boxes in brackets; code (fences, snippets, diffs) is not prose.",
+        "- **cold KB**: what a first visit of the page downloads at 1280 px, in KB of 1,000 bytes,",
+        "  measured on the built site: the HTML and every file it loads (images, stylesheets, scripts,",
+        "  the search index); **sent**: the same with the text gzipped, as a compressing server sends it.",
         "",
         *rows,
         "",
@@ -332,15 +448,38 @@ def markdown(result):
                  + ("" if quick else " (no quick-start page in the navigation yet)")
                  + f"; **every teaching page** (a page with a notebook of its name): {b['teaching_page']:,}.")
     lines.append(f"- **Figures on the teaching pages**: {t['teaching_figures']}, at least {b['teaching_figures']}.")
+    if d := result.get("download"):
+        h = d["heaviest"]
+        lines += [
+            "",
+            "## Download",
+            "",
+            f"- **Search index** (`search/search_index.json`, fetched by every page): {d['search_index_kb']:,} KB "
+            f"({d['search_index_sent_kb']:,} KB gzipped).",
+            f"- **Whole site**: {d['site_mb']:,} MB"
+            + (f"; **the repository's .zip** ({ARCHIVE}): {d['archive_mb']:,} MB." if d["archive_mb"] is not None else "."),
+            f"- **Heaviest page**, `{h['page']}`: {h['cold_kb']:,} KB on a first visit ({h['sent_kb']:,} KB sent "
+            f"gzipped). On a phone at {d['phone_mbit_s']:g} Mbit/s (an assumption: Lighthouse's mobile profile, "
+            f"round trips not counted) that is {h['phone_seconds']:g} s of download, {h['phone_seconds_sent']:g} s "
+            f"from a server that compresses.",
+        ]
     return "\n".join(lines) + "\n"
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks")
+    ap.add_argument("--site", type=Path, help="a build of the site to measure (default: build one)")
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     result = measure()
+    with tempfile.TemporaryDirectory() as tmp:
+        site = args.site or Path(tmp) / "site"
+        if not args.site:
+            build_site(site)
+        per_page, result["download"] = weights(site, [p["page"] for p in result["pages"]])
+    for p in result["pages"]:
+        p.update(per_page[p["page"]])
     (args.out / "reading-load.json").write_text(json.dumps(result, indent=1) + "\n")
     (args.out / "reading-load.md").write_text(markdown(result))
     print(markdown(result))

@@ -17,7 +17,9 @@ After rendering: code_blocks.py (copy buttons; code out of the search index), se
 lines of outputs indexed with their page), columns.py (table rows in outputs keep their
 columns), wrapping.py (a flag or a file name stays whole),
 diagrams.py, masks.py and notebook_pages.py (notebook pages). After the build: repository.py
-(site/files/ and the .zip) and notebook_css.py (mkdocs-jupyter's CSS in shared files).
+(site/files/ and the .zip), notebook_css.py (mkdocs-jupyter's CSS in shared files) and
+unused_css.py (their rules that match nothing left out), figures.py (embedded figures as files;
+every chart compacted, opening at full size on a tap, dark in the dark scheme).
 """
 from pathlib import Path
 
@@ -26,6 +28,7 @@ from site_build.code_blocks import CODE_BLOCK, code_block
 from site_build.columns import in_notebook_outputs
 from site_build.diagrams import CHART, DIAGRAM, chart, diagram
 from site_build.facts import FACT, facts
+from site_build.figures import figures
 from site_build.gpu_status import GPU_STATUS, gpu_status
 from site_build.markers import expand
 from site_build.masks import NOTEBOOK_OUTPUT, masked_note, note_masks
@@ -34,7 +37,8 @@ from site_build.notebook_pages import CELL_TAGS, describe_images, notebook_toc
 from site_build.outputs import DIRECTIVE, diff, output
 from site_build.repository import ARCHIVE, REPOSITORY, copy_files, repository_files, repository_page, write_archive
 from site_build.search import notebook_errors
-from site_build.wrapping import wrap_between_words
+from site_build.unused_css import prune_notebook_css
+from site_build.wrapping import nav_labels, wrap_between_words
 
 # what the tests import from here, besides the hooks
 __all__ = ["ARCHIVE", "FACT", "NOTEBOOK_OUTPUT", "account", "facts", "gpu_status", "masked_note",
@@ -83,10 +87,16 @@ def on_page_content(content, page, config, files):
     return wrap_between_words(content) + notebook_errors(root, page.file.src_path, seen)
 
 
+def on_post_page(output, page, config):
+    return nav_labels(output)
+
+
 def on_post_build(config):
     """The whole repository as one .zip in the site (the Repository page links to it), each file
-    on its own, and the notebook pages' shared CSS in files of its own."""
+    on its own, the notebook pages' shared CSS in files of its own, and the pages' figures as files."""
     root, site_dir = Path(config.config_file_path).parent, Path(config.site_dir)
     copy_files(root, site_dir)
     share_notebook_css(site_dir)
+    figures(site_dir)
+    prune_notebook_css(site_dir)
     write_archive(root, site_dir)
