@@ -127,6 +127,7 @@ def test_notebooks_run_as_a_cluster_user(cluster):
         script = f"""
             source {config.STATE / 'env.sh'}  # the cluster's Slurm and module path, as a login gives
             echo "PATH before: $PATH"
+            export TMPDIR={os.environ.get("TMPDIR", "/tmp")}  # the run's own (conftest.py), as a login node may set one
             cd {copy}
             bash tools/cluster-setup.sh {venv} && echo "--- again" && bash tools/cluster-setup.sh {venv} || exit 1
             {'HOME=' + str(full) + ' KERNEL_NAME=full bash tools/cluster-setup.sh ' + str(venv) + '; echo "full home: $?"' if mounted else ''}

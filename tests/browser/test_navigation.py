@@ -41,7 +41,16 @@ def test_navigation_fits_a_laptop_screen(tab, base_url, name):
     tab.set_viewport_size({"width": 1280, "height": 800})
     tab.goto(base_url + url_of(name))
     wrap = tab.locator(".md-sidebar--primary .md-sidebar__scrollwrap")
-    height, scroll = wrap.evaluate("e => [e.clientHeight, e.scrollHeight]")
+    # Material sizes the sidebar from the content's height once its images have laid out (a
+    # short page's sidebar ends at the footer): measured when two looks 100 ms apart agree.
+    tab.wait_for_function("[...document.images].every(i => i.complete)")
+    looks = [wrap.evaluate("e => [e.clientHeight, e.scrollHeight]")]
+    for _ in range(30):
+        tab.wait_for_timeout(100)
+        looks.append(wrap.evaluate("e => [e.clientHeight, e.scrollHeight]"))
+        if looks[-1] == looks[-2]:
+            break
+    height, scroll = looks[-1]
     assert scroll <= height, f"{name}: navigation {scroll} px tall in a {height} px sidebar"
     bottom = tab.locator("nav.md-nav--primary > ul").evaluate("e => e.getBoundingClientRect().bottom")
     assert bottom <= 800, f"{name}: navigation ends at {bottom} px, below the 800 px screen"

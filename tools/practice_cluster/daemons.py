@@ -305,8 +305,6 @@ def stop(quiet=False):
     shutil.rmtree(STATE / "ctld", ignore_errors=True)  # no stale jobs on the next start
     shutil.rmtree(STATE / "db", ignore_errors=True)    # nor stale accounting
     shutil.rmtree(holders.folder(STATE), ignore_errors=True)  # a stopped cluster has no users
-    if quiet:
-        return
     if (STATE / "made-munge").exists():
         pid = kill_pidfile("/run/munge/munged.pid")
         for _ in range(100):  # until it has gone: exiting, it removes its socket, which a munged
@@ -314,4 +312,5 @@ def stop(quiet=False):
                 break
             time.sleep(0.1)
     shutil.rmtree(STATE, ignore_errors=True)  # logs, spool, modules: nothing is left behind
-    print(f"local cluster stopped; {STATE} removed")
+    if not quiet:
+        print(f"local cluster stopped; {STATE} removed")
