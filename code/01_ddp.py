@@ -1,4 +1,5 @@
-"""Step 1b: the same training with DistributedDataParallel. Start it with torchrun or srun."""
+"""Step 1b: the same training with DistributedDataParallel. Start it with
+torchrun or srun."""
 import argparse
 
 import torch
@@ -6,12 +7,14 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler
 
-from ddp_helpers import (ConvNet, accuracy, assert_replicas_equal, cleanup, load_dataset,
-                         mean_over_ranks, per_rank_batch, print0, setup_distributed)
+from ddp_helpers import (ConvNet, accuracy, assert_replicas_equal, cleanup,
+                         load_dataset, mean_over_ranks, per_rank_batch,
+                         print0, setup_distributed)
 
 p = argparse.ArgumentParser()
 p.add_argument("--epochs", type=int, default=5)
-p.add_argument("--batch-size", type=int, default=96, help="global batch, over all ranks")
+p.add_argument("--batch-size", type=int, default=96,
+               help="global batch, over all ranks")
 p.add_argument("--lr", type=float, default=0.05)
 p.add_argument("--seed", type=int, default=0)
 p.add_argument("--dataset", default="digits")
@@ -22,18 +25,22 @@ args = p.parse_args()
 
 rank, local_rank, world_size, device = setup_distributed(args.backend)
 batch = per_rank_batch(args.batch_size, world_size)
-torch.manual_seed(args.seed)  # the same initial weights on every rank (DDP also broadcasts them)
+# the same initial weights on every rank (DDP also broadcasts them)
+torch.manual_seed(args.seed)
 train, test = load_dataset(args.dataset, args.data_dir)
-sampler = DistributedSampler(train, seed=args.seed)  # each rank reads its own 1/world_size
+# each rank reads its own 1/world_size of the data
+sampler = DistributedSampler(train, seed=args.seed)
 loader = DataLoader(train, batch_size=batch, sampler=sampler)
 model = ConvNet(image_size=train[0][0].shape[-1]).to(device)
 model = DDP(model, device_ids=[local_rank] if device.type == "cuda" else None)
 opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
-print0(f"{world_size} processes, backend {torch.distributed.get_backend()}, device {device.type}, "
+print0(f"{world_size} processes, "
+       f"backend {torch.distributed.get_backend()}, device {device.type}, "
        f"batch {args.batch_size} = {world_size} x {batch}")
 
 for epoch in range(args.epochs):
-    sampler.set_epoch(epoch)  # a new, reproducible order every epoch, the same on all ranks
+    # a new, reproducible order every epoch, the same on all ranks
+    sampler.set_epoch(epoch)
     total = 0.0
     for x, y in loader:
         x, y = x.to(device), y.to(device)

@@ -1,4 +1,5 @@
-"""Step 1a: the single-process baseline you already have. One process, one device."""
+"""Step 1a: the single-process baseline you already have. One process, one
+device."""
 import argparse
 
 import torch
