@@ -46,7 +46,7 @@ def test_the_table_of_a_known_trace():
     assert (row["step_ms"], row["compute_ms"], row["comm_ms"]) == (0.1, 0.08, 0.04)
     assert (row["overlapped_ms"], row["exposed_ms"]) == (0.02, 0.02)  # 50-60 and 80-90 overlap; 60-80 waits
     assert row["all_reduces"] == 1 and row["ranges"] == {"data": 1, "forward": 1, "backward": 1, "optimizer": 1}
-    assert [label for label, _, _ in timeline.lanes({0: STEP})] == ["rank 0 main thread", "rank 0 gloo thread 1"]
+    assert [label for _, label, _ in timeline.lanes({0: STEP})] == ["rank 0 main thread", "rank 0 all-reduce"]
 
 
 def test_the_table_of_a_gpu_trace():
@@ -61,9 +61,135 @@ def test_the_table_of_a_gpu_trace():
     assert (row["overlapped_ms"], row["exposed_ms"]) == (pytest.approx(0.15), pytest.approx(0.05))
     assert row["all_reduces"] == 1 and row["ranges"] == {"data": 1, "forward": 1, "backward": 1, "optimizer": 1}
     lanes = timeline.lanes({0: events})
-    assert [label for label, _, _ in lanes] == ["rank 0 main thread", "rank 0 NCCL stream 1"]
-    assert sorted(k for _, k in lanes[0][1] if k != "operators") == ["backward", "data", "forward", "optimizer"]
+    assert [label for _, label, _ in lanes] == ["rank 0 main thread", "rank 0 all-reduce"]
+    assert sorted(k for _, k in lanes[0][2] if k != "operators") == ["backward", "data", "forward", "optimizer"]
     assert len(timeline.table({0: events})) == 2  # the header and one step
+
+
+def steps_of(lengths, t0):
+    """A rank's trace of steps of the given lengths (us) from t0, each as small buckets make it:
+    data, forward, backward, optimizer on thread 1 (operators in forward and the first half of
+    backward), and 4 all-reduces during backward on gloo's threads 2 and 3: two back to back on
+    thread 2, the third in flight beside them on thread 3, the fourth later."""
+    events, ts = [], t0
+    for n, length in enumerate(lengths, start=2):
+        q = length // 10
+        events += [x(f"ProfilerStep#{n}", 1, ts, length), x("data", 1, ts, q), x("forward", 1, ts + q, 2 * q),
+                   x("backward", 1, ts + 3 * q, 6 * q), x("optimizer", 1, ts + 9 * q, q),
+                   x("aten::mm", 1, ts + q, 5 * q, "cpu_op"),
+                   x("gloo:all_reduce", 2, ts + 4 * q, q), x("gloo:all_reduce", 2, ts + 5 * q, q),
+                   x("gloo:all_reduce", 3, ts + 4 * q + q // 2, 2 * q), x("gloo:all_reduce", 3, ts + 7 * q, q)]
+        ts += length
+    return events
+
+
+# Rank 1 starts 50 us later, and its first step ends at 700 us of its own, rank 0's at 1000.
+TWO_RANKS = {0: steps_of([1000, 1000], 0), 1: steps_of([700, 1300], 50)}
+
+
+def drawn(traces):
+    """What timeline.draw puts on the axes: the all-reduce bars as (rank, lane's y, start, end) in
+    ms, each rank's step ends as {rank: (xs, lowest y, highest y)}, and {lane's y: rank}."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots()
+    timeline.draw(traces, "title", ax)
+    rank_at = {y: int(t.get_text().split()[1]) for y, t in zip(ax.get_yticks(), ax.get_yticklabels())}
+    bars, ends = [], {}
+    for c in ax.collections:
+        if c.get_gid() == "all-reduce":
+            for p in c.get_paths():
+                (x0, y0), (x1, y1) = p.vertices.min(0), p.vertices.max(0)
+                y = min(rank_at, key=lambda t: abs(t - (y0 + y1) / 2))
+                bars.append((rank_at[y], y, x0, x1))
+        elif str(c.get_gid()).startswith("step ends, rank "):
+            segs = c.get_segments()
+            ends[int(c.get_gid().split()[-1])] = ([s[0][0] for s in segs], min(s[:, 1].min() for s in segs),
+                                                  max(s[:, 1].max() for s in segs))
+    plt.close(fig)
+    return bars, ends, rank_at
+
+
+def test_every_all_reduce_is_drawn_apart():
+    """Each all-reduce is a bar of its own: as many per rank and step as the table counts, and
+    none touching another on its lane (two calls back to back on one gloo thread, drawn on that
+    thread's lane, read as one long call)."""
+    bars, _, _ = drawn(TWO_RANKS)
+    for rank, events in TWO_RANKS.items():
+        t0 = timeline.profiler_steps(events)[0]["ts"]
+        for (_, s, f), row in zip(timeline.spans(events), timeline.steps(events)):
+            inside = [b for b in bars if b[0] == rank and (s - t0) / 1e3 <= b[2] < (f - t0) / 1e3]
+            assert len(inside) == row["all_reduces"] == 4, (rank, row["step"], inside)
+    assert len(bars) == sum(timeline.is_comm(e, False) for events in TWO_RANKS.values() for e in events)
+    for lane in {b[1] for b in bars}:
+        spans = sorted((x0, x1) for _, y, x0, x1 in bars if y == lane)
+        assert all(a[1] < b[0] for a, b in zip(spans, spans[1:])), (lane, spans)
+
+
+def test_each_rank_ends_its_own_steps_on_its_own_lanes():
+    """The dotted step ends of a rank are its own steps' ends, in ms from its own first step, and
+    they cross its lanes only."""
+    _, ends, rank_at = drawn(TWO_RANKS)
+    assert sorted(ends) == [0, 1]
+    for rank, (xs, low, high) in ends.items():
+        own = timeline.profiler_steps(TWO_RANKS[rank])
+        assert sorted(xs) == pytest.approx([(e["ts"] + e["dur"] - own[0]["ts"]) / 1e3 for e in own])
+        assert all((low < y < high) == (r == rank) for y, r in rank_at.items()), (rank, low, high, rank_at)
+    assert sorted(ends[0][0]) != sorted(ends[1][0])  # (the two ranks' steps end at different times)
+
+
+def test_the_page_describes_the_timelines_as_drawn():
+    """Words that hold in both colour schemes (the dark one inverts charts: a dark strip turns
+    light), the all-reduce where the picture shows it (inside backward's range, not after it),
+    and every "below" or "above" on the side where its table or picture stands."""
+    assert "invert(" in (ROOT / "docs/stylesheets/reading.css").read_text()
+    page = (ROOT / "docs/14-profiling.md").read_text()
+    nb = json.loads((ROOT / "notebooks/14-profiling.ipynb").read_text())
+    timelines = re.findall(r"!\[([^\]]*)\]\(14-timeline-", page)
+    words = page + json.dumps([(c["source"], c["metadata"].get("alt")) for c in nb["cells"]])
+    assert len(timelines) == 3 and "dark strip" not in words
+    titles = "".join(next(c["source"] for c in nb["cells"] if "TITLES = " in "".join(c["source"])))
+    titles = re.sub(r'"\s*\n\s*"', "", titles)  # (a title in pieces: one string)
+    assert not re.search(r"after (the fourth )?backward", json.dumps(timelines) + titles)
+    assert "one all-reduce per step, at the end of backward" in titles
+    assert "inside the backward range" in timelines[0] and "inside its range" in timelines[2]
+    steps = page.index("<!-- output notebooks/14-profiling.ipynb steps -->")
+    assert page.index("the table below counts communication") < steps
+    images = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", page)
+    again = page.index("(the picture at the top of this page, again)")
+    assert re.search(r"!\[[^\]]*\]\(([^)]+)\)", page[again:]).group(1) == images[0]
+
+
+def test_the_page_shows_the_step_table_as_a_table():
+    """The per-step table is text: the stored output of the notebook's cell "steps", a Markdown
+    table with the predicted all-reduce on the line above it, a row per variant, rank and traced
+    step, and the all-reduces per step the traces hold. Its numbers change from run to run: only
+    that cell keeps its output out of nbval's comparison."""
+    from site_build.outputs import output
+    text = output(ROOT, "notebooks/14-profiling.ipynb", "steps")
+    assert "<img" not in text, "the cell 'steps' shows a picture, not a table: execute the notebook"
+    line, blank, header, rule, *rows = text.strip().splitlines()
+    assert re.fullmatch(r"Times in ms\. The predicted all-reduce of 58,152 bytes: \d+\.\d{3} ms; the traces' "
+                        r"communication per all-reduce: \d+\.\d\d ms on average \(transfer, and waiting for the "
+                        r"other rank\)\.", line), line
+    assert blank == "" and rule == "|---|" + "---:|" * 8
+    assert header == "| variant | rank | step | step ms | compute | comm | overlap | exposed | all-reduces |"
+    cells = [r.strip("| ").split(" | ") for r in rows]
+    assert [c[:3] for c in cells] == [[v, str(r), str(s)] for v in ("default", "small-buckets", "no-sync")
+                                      for r in (0, 1) for s in (2, 3, 4)]
+    for v, _, _, step, compute, comm, overlap, exposed, calls in cells:
+        step, compute, comm, overlap, exposed = map(float, (step, compute, comm, overlap, exposed))
+        assert 0 <= exposed <= comm <= step and abs(overlap + exposed - comm) <= 0.011, (v, comm)
+        assert (int(calls) > 1) == (v == "small-buckets"), (v, calls)
+    page = (ROOT / "docs/14-profiling.md").read_text()
+    assert "<!-- output notebooks/14-profiling.ipynb steps -->" in page and "14-steps.png" not in page
+    ignored = [c["metadata"].get("tags", []) for c in nb_cells() if "nbval-ignore-output" in c["metadata"].get("tags", [])]
+    assert ignored == [["steps", "nbval-ignore-output"]], ignored
+
+
+def nb_cells():
+    return json.loads((ROOT / "notebooks/14-profiling.ipynb").read_text())["cells"]
 
 
 def test_a_trace_too_large_to_draw(tmp_path):
@@ -212,7 +338,7 @@ def test_a_sweep_larger_than_the_partition(cluster, tmp_path):
 
 
 @pytest.mark.parametrize("name", ["14-timeline-default.png", "14-timeline-small-buckets.png", "14-timeline-no-sync.png",
-                                  "14-steps.png", "14-scaling.png", "14-reference.png"])
+                                  "14-scaling.png", "14-reference.png"])
 def test_the_committed_figures_are_the_notebooks(name):
     """docs/14-*.png are the images the executed notebook shows, byte for byte: each image output is
     followed by the line that names its file."""
