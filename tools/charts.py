@@ -14,15 +14,5 @@ CODE = str(Path(__file__).resolve().parent.parent / "code")
 if CODE not in sys.path:
     sys.path.append(CODE)  # last: every module found before stays the one found
 
-from chart_file import COLUMN_PX, DPI, MIN_PX, save, smallest_text_pt, text_px  # noqa: E402,F401
+from chart_file import COLUMN_PX, DPI, MIN_PX, read, save, smallest_text_pt, text_px  # noqa: E402,F401
 
-
-def read(png_path):
-    """The three fields save() wrote, as numbers: {"width_in", "dpi", "smallest_pt"} (None if absent)."""
-    from PIL import Image
-    with Image.open(png_path) as im:
-        text = getattr(im, "text", {})
-        if "chart-smallest-pt" not in text:
-            return None
-        return {"width_in": float(text["chart-width-in"]), "dpi": float(text["chart-dpi"]),
-                "smallest_pt": float(text["chart-smallest-pt"]), "natural_px": im.size[0]}

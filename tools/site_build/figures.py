@@ -15,7 +15,15 @@ import math
 import os
 import re
 
+import sys
+from pathlib import Path
+
 from PIL import Image, PngImagePlugin
+
+CODE = str(Path(__file__).resolve().parents[2] / "code")
+if CODE not in sys.path:
+    sys.path.append(CODE)  # last: every module found before stays the one found
+import chart_file  # noqa: E402  (the one reader of the fields save() records)
 
 FIGURES = "figures"  # the site's folder of figures that were embedded
 EMBEDDED = re.compile(r'\bsrc="data:image/([\w.+-]+);base64,([^"]*)"')
@@ -43,14 +51,12 @@ PHONE_MIN_PX = 9  # the smallest text of a chart on a phone, in CSS pixels
 
 def phone_width(png):
     """The width, in CSS pixels, at which the chart's smallest text is PHONE_MIN_PX tall (from the
-    fields tools/charts.py records in the PNG); None for a PNG without them."""
-    from PIL import Image
-    with Image.open(png) as im:
-        text = getattr(im, "text", {})
-        if "chart-smallest-pt" not in text:
-            return None
-        px_at_natural = float(text["chart-smallest-pt"]) * float(text["chart-dpi"]) / 72
-        return min(im.size[0], math.ceil(im.size[0] * PHONE_MIN_PX / px_at_natural))
+    fields code/chart_file.py's save() records in the PNG); None for a PNG without them."""
+    fields = chart_file.read(png)
+    if fields is None:
+        return None
+    px_at_natural = fields["smallest_pt"] * fields["dpi"] / 72
+    return min(fields["natural_px"], math.ceil(fields["natural_px"] * PHONE_MIN_PX / px_at_natural))
 
 
 def _chart(m, src, file=None):
