@@ -1,9 +1,12 @@
-"""A plain single-GPU training script, like one you may have: nothing from this tutorial in it.
+"""A plain single-GPU training script, like one you may have: nothing from this
+tutorial in it.
 
-A small classifier for scikit-learn's handwritten digits (they ship with scikit-learn: nothing
-to download). The page "Your own script" turns it into DDP with the fewest changes possible.
+A small classifier for scikit-learn's handwritten digits (they ship with
+scikit-learn: nothing to download). The page "Your own script" turns it into
+DDP with the fewest changes possible.
 
-    python code/own_script.py --save runs/own_model.pt
+    python code/own_script.py \
+        --save runs/own_model.pt
 """
 import argparse
 
@@ -25,10 +28,12 @@ torch.manual_seed(0)
 digits = load_digits()  # 1,797 images of 8 x 8 pixels, values 0..16
 x = torch.tensor(digits.data, dtype=torch.float32) / 16
 y = torch.tensor(digits.target)
-train, test = TensorDataset(x[:1500], y[:1500]), TensorDataset(x[1500:], y[1500:])
+train, test = (TensorDataset(x[:1500], y[:1500]),
+               TensorDataset(x[1500:], y[1500:]))
 loader = DataLoader(train, batch_size=args.batch_size, shuffle=True)
 
-model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 10)).to(device)
+model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(),
+                      nn.Linear(128, 10)).to(device)
 optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
 loss_fn = nn.CrossEntropyLoss()
 print(f"device {device.type}, batch {args.batch_size}")
@@ -46,7 +51,8 @@ for epoch in range(args.epochs):
 
 with torch.no_grad():
     xt, yt = test.tensors
-    accuracy = (model(xt.to(device)).argmax(1) == yt.to(device)).float().mean().item()
+    accuracy = (model(xt.to(device)).argmax(1)
+                == yt.to(device)).float().mean().item()
 print(f"test accuracy {accuracy:.4f}")
 if args.save:
     torch.save(model.state_dict(), args.save)
