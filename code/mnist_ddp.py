@@ -1,5 +1,6 @@
-# pytorch/examples, mnist/main.py (commit 77f55b9, August 2025), as code/mnist_main.py has it,
-# with the edits for DDP ("Your own script" shows them as a diff). Start it with torchrun:
+# pytorch/examples, mnist/main.py (commit 77f55b9, August 2025), as
+# code/mnist_main.py has it, with the edits for DDP ("Your own script" shows
+# them as a diff). Start it with torchrun:
 #   torchrun --standalone --nproc_per_node=2 code/mnist_ddp.py --epochs 1
 # Copyright (c) 2017, Pytorch contributors. BSD 3-Clause License: the licence's
 # full text, with its conditions and disclaimer, is in code/LICENSE-pytorch-examples.
@@ -45,7 +46,8 @@ class Net(nn.Module):
 
 def train(args, model, device, train_loader, optimizer, epoch):
     model.train()
-    train_loader.sampler.set_epoch(epoch)  # a new order every epoch, the same on every rank
+    # a new order every epoch, the same on every rank
+    train_loader.sampler.set_epoch(epoch)
     for batch_idx, (data, target) in enumerate(train_loader):
         data, target = data.to(device), target.to(device)
         optimizer.zero_grad()
@@ -54,18 +56,23 @@ def train(args, model, device, train_loader, optimizer, epoch):
         loss.backward()
         optimizer.step()
         if batch_idx % args.log_interval == 0:
-            if dist.get_rank() == 0:  # print once: rank 0's own loss, not the mean over ranks
+            # print once: rank 0's own loss, not the mean over ranks
+            if dist.get_rank() == 0:
                 print('Train Epoch: {} [{}/{} ({:.0f}%)]\tLoss: {:.6f}'.format(
-                    epoch, batch_idx * len(data) * dist.get_world_size(), len(train_loader.dataset),
+                    epoch, batch_idx * len(data) * dist.get_world_size(),
+                    len(train_loader.dataset),
                     100. * batch_idx / len(train_loader), loss.item()))
-            if args.dry_run:  # outside the rank-0 `if`: every rank leaves the loop together
+            # outside the rank-0 `if`: every rank leaves the loop together
+            if args.dry_run:
                 break
 
 
 def unpadded_shard(dataset):
-    # this rank's test images: r, r + world_size, ...: each image once over all ranks. A
-    # DistributedSampler pads with copies instead, so that every rank gets as many (step 4)
-    return torch.utils.data.Subset(dataset, range(dist.get_rank(), len(dataset), dist.get_world_size()))
+    # this rank's test images: r, r + world_size, ...: each image once over all
+    # ranks. A DistributedSampler pads with copies instead, so that every rank
+    # gets as many (step 4)
+    return torch.utils.data.Subset(
+        dataset, range(dist.get_rank(), len(dataset), dist.get_world_size()))
 
 
 def test(model, device, test_loader):
@@ -80,24 +87,26 @@ def test(model, device, test_loader):
             pred = output.argmax(dim=1, keepdim=True)  # get the index of the max log-probability
             correct += pred.eq(target.view_as(pred)).sum().item()
 
-    # each rank tested its own share: add up the sums of all ranks (the same on every rank),
-    # and the images tested, so that every image counts once
-    sums = torch.tensor([test_loss, correct, len(test_loader.dataset)], dtype=torch.float64, device=device)
+    # each rank tested its own share: add up the sums of all ranks (the same on
+    # every rank), and the images tested, so that every image counts once
+    sums = torch.tensor([test_loss, correct, len(test_loader.dataset)],
+                        dtype=torch.float64, device=device)
     dist.all_reduce(sums)
-    test_loss, correct, tested = sums[0].item(), int(sums[1].item()), int(sums[2].item())
+    test_loss, correct, tested = (sums[0].item(), int(sums[1].item()),
+                                  int(sums[2].item()))
     test_loss /= tested
 
     if dist.get_rank() == 0:
-        print('\nTest set: Average loss: {:.4f}, Accuracy: {}/{} ({:.0f}%)\n'.format(
-            test_loss, correct, tested,
-            100. * correct / tested))
+        print('\nTest set: Average loss: {:.4f}, Accuracy: {}/{} ({:.0f}%)\n'
+              .format(test_loss, correct, tested, 100. * correct / tested))
 
 
 def main():
     # Training settings
     parser = argparse.ArgumentParser(description='PyTorch MNIST Example')
     parser.add_argument('--batch-size', type=int, default=64, metavar='N',
-                        help='global batch for training, over all ranks (default: 64)')
+                        help='global batch for training, over all ranks '
+                        '(default: 64)')
     parser.add_argument('--test-batch-size', type=int, default=1000, metavar='N',
                         help='input batch size for testing (default: 1000)')
     parser.add_argument('--epochs', type=int, default=14, metavar='N',
@@ -122,21 +131,25 @@ def main():
 
     torch.manual_seed(args.seed)
 
-    local_rank = int(os.environ["LOCAL_RANK"])  # set by torchrun: which GPU of this node is mine
+    # set by torchrun: which GPU of this node is mine
+    local_rank = int(os.environ["LOCAL_RANK"])
     if use_accel:
-        device = torch.device(torch.accelerator.current_accelerator().type, local_rank)
+        device = torch.device(torch.accelerator.current_accelerator().type,
+                              local_rank)
         torch.accelerator.set_device_index(local_rank)
     else:
         device = torch.device("cpu")
-    dist.init_process_group(dist.get_default_backend_for_device(device))  # nccl on GPUs, gloo on CPU
+    # nccl on GPUs, gloo on CPU
+    dist.init_process_group(dist.get_default_backend_for_device(device))
     world_size = dist.get_world_size()
 
-    train_kwargs = {'batch_size': args.batch_size // world_size}  # each rank its share of the batch
+    # each rank its share of the batch
+    train_kwargs = {'batch_size': args.batch_size // world_size}
     test_kwargs = {'batch_size': args.test_batch_size}
     if use_accel:
         accel_kwargs = {'num_workers': 1,
                         'persistent_workers': True,
-                       'pin_memory': True}  # no 'shuffle': True, the sampler shuffles
+                       'pin_memory': True}  # no shuffle: the sampler shuffles
         train_kwargs.update(accel_kwargs)
         test_kwargs.update(accel_kwargs)
 
@@ -148,11 +161,13 @@ def main():
                        transform=transform)
     dataset2 = datasets.MNIST('data', train=False,
                        transform=transform)
-    train_loader = torch.utils.data.DataLoader(dataset1, sampler=DistributedSampler(dataset1),
-                                               **train_kwargs)
-    test_loader = torch.utils.data.DataLoader(unpadded_shard(dataset2), **test_kwargs)
+    train_loader = torch.utils.data.DataLoader(
+        dataset1, sampler=DistributedSampler(dataset1), **train_kwargs)
+    test_loader = torch.utils.data.DataLoader(unpadded_shard(dataset2),
+                                              **test_kwargs)
 
-    model = DDP(Net().to(device), device_ids=[local_rank] if use_accel else None)
+    model = DDP(Net().to(device),
+                device_ids=[local_rank] if use_accel else None)
     optimizer = optim.Adadelta(model.parameters(), lr=args.lr)
 
     scheduler = StepLR(optimizer, step_size=1, gamma=args.gamma)
@@ -165,7 +180,8 @@ def main():
         torch.save(model.module.state_dict(), "mnist_cnn.pt")
     dist.barrier()  # leave together, then close the connections
     dist.destroy_process_group()
-    if not use_accel:  # gloo (CPU): freeing DDP's objects after this sometimes hangs; skip it
+    # gloo (CPU): freeing DDP's objects after this sometimes hangs; skip it
+    if not use_accel:
         sys.stdout.flush()
         os._exit(0)
 

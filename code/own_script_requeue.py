@@ -1,7 +1,8 @@
-# pytorch/examples, mnist/main.py (commit 77f55b9, August 2025), as code/mnist_ddp.py has it
-# under DDP, with step 9's lines for a job that is requeued ("Your own script" shows them as a
-# diff): Slurm's warning (USR1) -> checkpoint, marker, exit code 3, and the batch script
-# requeues; SIGTERM (scancel) -> checkpoint and the end. One srun task per GPU:
+# pytorch/examples, mnist/main.py (commit 77f55b9, August 2025), as
+# code/mnist_ddp.py has it under DDP, with step 9's lines for a job that is
+# requeued ("Your own script" shows them as a diff): Slurm's warning (USR1) ->
+# checkpoint, marker, exit code 3, and the batch script requeues; SIGTERM
+# (scancel) -> checkpoint and the end. One srun task per GPU:
 #   sbatch slurm/own-script-requeue.sbatch --epochs 2
 # Copyright (c) 2017, Pytorch contributors. BSD 3-Clause License: the licence's
 # full text, with its conditions and disclaimer, is in code/LICENSE-pytorch-examples.
@@ -46,14 +47,24 @@ class Net(nn.Module):
         return output
 
 
-stop = []  # the signals this rank got: the handler notes them, the loop acts after a step
+# the signals this rank got: the handler notes them, the loop acts after a step
+stop = []
+
+
+def workers_ignore_stop(worker_id):
+    # Slurm signals every process of the step, loader workers too: PyTorch's
+    # die of SIGTERM, and the rank would fail before it saves
+    for s in (signal.SIGUSR1, signal.SIGTERM):
+        signal.signal(s, signal.SIG_IGN)
 
 
 def train(args, model, device, train_loader, optimizer, epoch, done=0):
     model.train()
-    train_loader.sampler.set_epoch(epoch)  # a new order every epoch, the same on every rank
+    # a new order every epoch, the same on every rank
+    train_loader.sampler.set_epoch(epoch)
     for batch_idx, (data, target) in enumerate(train_loader):
-        if batch_idx < done:  # trained before the requeue: set_epoch gives the same order
+        # trained before the requeue: set_epoch gives the same order
+        if batch_idx < done:
             continue
         data, target = data.to(device), target.to(device)
         optimizer.zero_grad()
@@ -61,25 +72,32 @@ def train(args, model, device, train_loader, optimizer, epoch, done=0):
         loss = F.nll_loss(output, target)
         loss.backward()
         optimizer.step()
-        # every rank stops after the same step: 2 if any got the warning, 1 for SIGTERM alone
-        flag = torch.tensor([2.0 if signal.SIGUSR1 in stop else float(bool(stop))], device=device)
+        # every rank stops after the same step: 2 if any got the warning, 1 for
+        # SIGTERM alone
+        flag = torch.tensor([2.0 if signal.SIGUSR1 in stop
+                             else float(bool(stop))], device=device)
         dist.all_reduce(flag, op=dist.ReduceOp.MAX)
         if flag.item():
             return batch_idx + 1, flag.item() == 2  # batches done, requeue?
         if batch_idx % args.log_interval == 0:
-            if dist.get_rank() == 0:  # print once: rank 0's own loss, not the mean over ranks
+            # print once: rank 0's own loss, not the mean over ranks
+            if dist.get_rank() == 0:
                 print('Train Epoch: {} [{}/{} ({:.0f}%)]\tLoss: {:.6f}'.format(
-                    epoch, batch_idx * len(data) * dist.get_world_size(), len(train_loader.dataset),
+                    epoch, batch_idx * len(data) * dist.get_world_size(),
+                    len(train_loader.dataset),
                     100. * batch_idx / len(train_loader), loss.item()))
-            if args.dry_run:  # outside the rank-0 `if`: every rank leaves the loop together
+            # outside the rank-0 `if`: every rank leaves the loop together
+            if args.dry_run:
                 break
     return None, False
 
 
 def unpadded_shard(dataset):
-    # this rank's test images: r, r + world_size, ...: each image once over all ranks. A
-    # DistributedSampler pads with copies instead, so that every rank gets as many (step 4)
-    return torch.utils.data.Subset(dataset, range(dist.get_rank(), len(dataset), dist.get_world_size()))
+    # this rank's test images: r, r + world_size, ...: each image once over all
+    # ranks. A DistributedSampler pads with copies instead, so that every rank
+    # gets as many (step 4)
+    return torch.utils.data.Subset(
+        dataset, range(dist.get_rank(), len(dataset), dist.get_world_size()))
 
 
 def test(model, device, test_loader):
@@ -94,24 +112,26 @@ def test(model, device, test_loader):
             pred = output.argmax(dim=1, keepdim=True)  # get the index of the max log-probability
             correct += pred.eq(target.view_as(pred)).sum().item()
 
-    # each rank tested its own share: add up the sums of all ranks (the same on every rank),
-    # and the images tested, so that every image counts once
-    sums = torch.tensor([test_loss, correct, len(test_loader.dataset)], dtype=torch.float64, device=device)
+    # each rank tested its own share: add up the sums of all ranks (the same on
+    # every rank), and the images tested, so that every image counts once
+    sums = torch.tensor([test_loss, correct, len(test_loader.dataset)],
+                        dtype=torch.float64, device=device)
     dist.all_reduce(sums)
-    test_loss, correct, tested = sums[0].item(), int(sums[1].item()), int(sums[2].item())
+    test_loss, correct, tested = (sums[0].item(), int(sums[1].item()),
+                                  int(sums[2].item()))
     test_loss /= tested
 
     if dist.get_rank() == 0:
-        print('\nTest set: Average loss: {:.4f}, Accuracy: {}/{} ({:.0f}%)\n'.format(
-            test_loss, correct, tested,
-            100. * correct / tested))
+        print('\nTest set: Average loss: {:.4f}, Accuracy: {}/{} ({:.0f}%)\n'
+              .format(test_loss, correct, tested, 100. * correct / tested))
 
 
 def main():
     # Training settings
     parser = argparse.ArgumentParser(description='PyTorch MNIST Example')
     parser.add_argument('--batch-size', type=int, default=64, metavar='N',
-                        help='global batch for training, over all ranks (default: 64)')
+                        help='global batch for training, over all ranks '
+                        '(default: 64)')
     parser.add_argument('--test-batch-size', type=int, default=1000, metavar='N',
                         help='input batch size for testing (default: 1000)')
     parser.add_argument('--epochs', type=int, default=14, metavar='N',
@@ -133,32 +153,39 @@ def main():
     parser.add_argument('--checkpoint', default='mnist_checkpoint.pt',
                         help='resumed from when it exists')
     args = parser.parse_args()
-    for s in (signal.SIGUSR1, signal.SIGTERM):  # Slurm's warning; scancel, preemption
+    # Slurm's warning; scancel, preemption
+    for s in (signal.SIGUSR1, signal.SIGTERM):
         signal.signal(s, lambda signum, frame: stop.append(signum))
 
     use_accel = not args.no_accel and torch.accelerator.is_available()
 
     torch.manual_seed(args.seed)
 
-    if "RANK" not in os.environ and "SLURM_PROCID" in os.environ:  # srun, one task per GPU
+    # srun, one task per GPU
+    if "RANK" not in os.environ and "SLURM_PROCID" in os.environ:
         os.environ["RANK"] = os.environ["SLURM_PROCID"]
         os.environ["WORLD_SIZE"] = os.environ["SLURM_NTASKS"]
         os.environ["LOCAL_RANK"] = os.environ["SLURM_LOCALID"]
-    local_rank = int(os.environ["LOCAL_RANK"])  # set by torchrun: which GPU of this node is mine
+    # set by torchrun: which GPU of this node is mine
+    local_rank = int(os.environ["LOCAL_RANK"])
     if use_accel:
-        device = torch.device(torch.accelerator.current_accelerator().type, local_rank)
+        device = torch.device(torch.accelerator.current_accelerator().type,
+                              local_rank)
         torch.accelerator.set_device_index(local_rank)
     else:
         device = torch.device("cpu")
-    dist.init_process_group(dist.get_default_backend_for_device(device))  # nccl on GPUs, gloo on CPU
+    # nccl on GPUs, gloo on CPU
+    dist.init_process_group(dist.get_default_backend_for_device(device))
     world_size = dist.get_world_size()
 
-    train_kwargs = {'batch_size': args.batch_size // world_size}  # each rank its share of the batch
+    # each rank its share of the batch
+    train_kwargs = {'batch_size': args.batch_size // world_size}
     test_kwargs = {'batch_size': args.test_batch_size}
     if use_accel:
         accel_kwargs = {'num_workers': 1,
                         'persistent_workers': True,
-                       'pin_memory': True}  # no 'shuffle': True, the sampler shuffles
+                        'worker_init_fn': workers_ignore_stop,
+                       'pin_memory': True}  # no shuffle: the sampler shuffles
         train_kwargs.update(accel_kwargs)
         test_kwargs.update(accel_kwargs)
 
@@ -170,61 +197,76 @@ def main():
                        transform=transform)
     dataset2 = datasets.MNIST('data', train=False,
                        transform=transform)
-    train_loader = torch.utils.data.DataLoader(dataset1, sampler=DistributedSampler(dataset1),
-                                               **train_kwargs)
-    test_loader = torch.utils.data.DataLoader(unpadded_shard(dataset2), **test_kwargs)
+    train_loader = torch.utils.data.DataLoader(
+        dataset1, sampler=DistributedSampler(dataset1), **train_kwargs)
+    test_loader = torch.utils.data.DataLoader(unpadded_shard(dataset2),
+                                              **test_kwargs)
 
-    model = DDP(Net().to(device), device_ids=[local_rank] if use_accel else None)
+    model = DDP(Net().to(device),
+                device_ids=[local_rank] if use_accel else None)
     optimizer = optim.Adadelta(model.parameters(), lr=args.lr)
 
     scheduler = StepLR(optimizer, step_size=1, gamma=args.gamma)
 
-    def save(epoch, done):  # rank 0 writes; the weights are the same on every rank
+    # rank 0 writes; the weights are the same on every rank
+    def save(epoch, done):
         if dist.get_rank() == 0:
-            state = {"model": model.module.state_dict(), "optimizer": optimizer.state_dict(),
-                     "scheduler": scheduler.state_dict(), "epoch": epoch, "done": done,
+            state = {"model": model.module.state_dict(),
+                     "optimizer": optimizer.state_dict(),
+                     "scheduler": scheduler.state_dict(),
+                     "epoch": epoch, "done": done,
                      "batch_size": args.batch_size, "world_size": world_size}
             with open(args.checkpoint + ".tmp", "wb") as f:
                 torch.save(state, f)
                 f.flush()
                 os.fsync(f.fileno())  # on disk before the rename
-            os.replace(args.checkpoint + ".tmp", args.checkpoint)  # the old file or the new
+            # the old file or the new
+            os.replace(args.checkpoint + ".tmp", args.checkpoint)
         dist.barrier()
 
     start, done = 1, 0
     if os.path.exists(args.checkpoint):
         ckpt = torch.load(args.checkpoint, map_location="cpu")
-        if (ckpt["batch_size"], ckpt["world_size"]) != (args.batch_size, world_size):
-            print(f"error: {args.checkpoint} is from another batch or world size", file=sys.stderr)
-            os._exit(1)  # one line, after init_process_group (not gloo's abort at exit)
+        if ((ckpt["batch_size"], ckpt["world_size"])
+                != (args.batch_size, world_size)):
+            print(f"error: {args.checkpoint} is from another batch or "
+                  "world size", file=sys.stderr)
+            # one line, after init_process_group (not gloo's abort at exit)
+            os._exit(1)
         model.module.load_state_dict(ckpt["model"])
         optimizer.load_state_dict(ckpt["optimizer"])
         scheduler.load_state_dict(ckpt["scheduler"])
         start, done = ckpt["epoch"], ckpt["done"]
         if dist.get_rank() == 0:
-            print(f"resumed from {args.checkpoint}: epoch {start}, {done} batches done")
+            print(f"resumed from {args.checkpoint}: epoch {start}, "
+                  f"{done} batches done")
     for epoch in range(start, args.epochs + 1):
-        stopped, requeue = train(args, model, device, train_loader, optimizer, epoch, done)
+        stopped, requeue = train(args, model, device, train_loader, optimizer,
+                                 epoch, done)
         if stopped:
             save(epoch, stopped)
-            if requeue and dist.get_rank() == 0:  # after the checkpoint: the batch script requeues
+            # after the checkpoint: the batch script requeues
+            if requeue and dist.get_rank() == 0:
                 open(args.checkpoint + ".requeue", "w").close()
             if dist.get_rank() == 0:
-                print(f"stopped in epoch {epoch} after batch {stopped} on a signal: checkpoint "
-                      f"written{'' if requeue else ', no requeue (SIGTERM)'}, exit code 3", flush=True)
+                print(f"stopped in epoch {epoch} after batch {stopped} on a "
+                      "signal: checkpoint written"
+                      f"{'' if requeue else ', no requeue (SIGTERM)'}, "
+                      "exit code 3", flush=True)
             dist.barrier()
             dist.destroy_process_group()
             os._exit(3)
         done = 0
         test(model, device, test_loader)
         scheduler.step()
-        save(epoch + 1, 0)  # a failure without a warning loses one epoch at most
+        save(epoch + 1, 0)  # a failure without warning loses an epoch at most
 
     if args.save_model and dist.get_rank() == 0:
         torch.save(model.module.state_dict(), "mnist_cnn.pt")
     dist.barrier()  # leave together, then close the connections
     dist.destroy_process_group()
-    if not use_accel:  # gloo (CPU): freeing DDP's objects after this sometimes hangs; skip it
+    # gloo (CPU): freeing DDP's objects after this sometimes hangs; skip it
+    if not use_accel:
         sys.stdout.flush()
         os._exit(0)
 

@@ -28,10 +28,13 @@ def group():
     (0, 72, "note", "0 loader workers per rank, 72 cores per rank: the training process prepares every batch"),
     (7, 72, "ok", "7 loader workers per rank, 72 cores per rank"),
     (0, 1, "ok", "0 loader workers per rank, 1 core per rank"),
+    # threads and workers judged together: 4 threads + 2 workers on 4 cores compete
+    (2, 4, "note", "2 loader workers per rank, 4 cores per rank: with 4 training threads, 6 busy at once; "
+                   "OMP_NUM_THREADS=2 or fewer workers"),
 ])
 def test_workers_line(capsys, workers, cores, verdict, says):
     loader = DataLoader(TensorDataset(torch.zeros(4)), num_workers=workers)
-    ddp_check._workers(loader, cores)
+    ddp_check._workers(loader, cores, 4 if verdict == "note" and workers else 1)
     line = capsys.readouterr().out
     assert line.startswith(f"ddp_check: workers  {verdict:<7} {says}"), line
 

@@ -56,8 +56,9 @@ def test_every_chart_opens_its_file(site_dir):
             bad.append(f"{name}: {src} not in a link to its file ({link})")
         elif not (where / src).is_file():
             bad.append(f"{name}: {src} missing")
-    # 14 on the pages of steps 1, 3, 6, 10, 13, 14 and 16, 11 on their notebook pages
-    assert len(found) >= 25 and not bad, (len(found), bad)
+    # 13 on the pages of steps 1, 3, 6, 10, 13, 14 and 16, 10 on their notebook pages (step 14's
+    # per-step results are an HTML table, not a chart)
+    assert len(found) >= 23 and not bad, (len(found), bad)
 
 
 def test_every_chart_turns_dark(site_dir):

@@ -150,7 +150,7 @@ def test_slurm_signals_spawn_workers_in_a_job_step(cluster, sig, hear, result):
     subprocess.run(["scancel", f"--signal={sig}", job[0]], env={**os.environ, **cluster}, check=True)
     out, _ = srun.communicate(timeout=120)
     line = next(l for l in out.splitlines() if " -> " in l)
-    assert line.startswith(f"spawn      SIG{sig:5} workers: {hear:8} -> {result}"), out
+    assert line.startswith(f"spawn  SIG{sig:5} workers: {hear:8}-> {result}"), out
     assert srun.returncode == 0, out
 
 

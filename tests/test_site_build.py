@@ -196,3 +196,21 @@ def test_notebook_pages_share_their_css(site_dir):
         for href in re.findall(r'<link rel="stylesheet" href="([^"]+)"', text):
             if not href.startswith("http"):
                 assert (path.parent / href).resolve().is_file(), f"{path.parent.name}: {href} missing"
+
+
+def test_columns_keep_table_rows_not_diff_lines():
+    """Output lines that are table rows keep their columns (tools/site_build/columns.py); lines of
+    a diff, whose code may hold two spaces before a comment, and messages stay wrapping."""
+    from site_build.columns import columnar
+    sacct = ["JobID           JobName      State ExitCode",
+             "------------ ---------- ---------- --------",
+             "867859       own-script  COMPLETED      0:0",
+             "867859.batch      batch  COMPLETED      0:0"]
+    assert columnar(sacct) == {0, 1, 2, 3}
+    diff = ["-    sampler.set_epoch(epoch)  # new order",
+            "+    pass  # the mistake",
+            "@@ -64 +64 @@"]
+    assert columnar(diff) == set()
+    messages = ["ddp_check: world    ok      2 processes on 1 node (torchrun), not in a Slurm job",
+                "ddp_check: threads  ok      1 thread per process (OMP_NUM_THREADS=1), 1 core each"]
+    assert columnar(messages) == set()

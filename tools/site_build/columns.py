@@ -8,12 +8,13 @@ import re
 
 GAP = re.compile(r"\S {2,}\S")
 RULE = re.compile(r"^ *-{3,}[- ]*$")
+DIFF = re.compile(r"^([-+](?![-+])|@@)")  # a line of a diff is code: "+    x = 1  # y"
 CODE = re.compile(r"(<code\b[^>]*>)(.*)(</code>)", re.S)
 OUTPUT_PRE = re.compile(r'(<div class="[^"]*\bjp-OutputArea-output\b[^"]*"[^>]*>\s*<pre>)(.*?)(</pre>)', re.S)
 
 
 def _row(line):
-    if line.startswith("$ ") or not GAP.search(line):
+    if line.startswith("$ ") or DIFF.match(line) or not GAP.search(line):
         return False
     return len(re.split(r" {2,}", line.strip())[-1].split()) <= 6  # a field, not a sentence
 

@@ -17,7 +17,7 @@
     const lang = hl && [...hl.classList].find(c => c.startsWith("language-"));
     return (!lang || lang === "language-text" || lang === "language-console") ? "output" : "source";
   };
-  const out = {output: [0, []], source: [0, []], table: [0, []], overlap: [], clipped: [], split: [], lines: [0, 0], codebreak: [], columns: [0, []], colscroll: 0};
+  const out = {output: [0, []], source: [0, []], table: [0, []], overlap: [], clipped: [], split: [], lines: [0, 0], codebreak: [], columns: [0, []], colscroll: 0, numrows: [0, []], colwide: [], srcblocks: [0, []]};
   const wide = pre => [pre, pre.parentElement, ...pre.querySelectorAll(":scope > code")].some(scrolls) || pre.getBoundingClientRect().right > right + 1;
   for (const pre of all("pre")) {
     const k = kind(pre);
@@ -27,7 +27,7 @@
       cols.forEach(c => c.style.display = "none");
       const still = wide(pre);
       cols.forEach(c => c.style.display = "");
-      if (k === "source" || still) out[k][1].push(label(pre)); else out.colscroll++;
+      if (k === "source" || still) out[k][1].push(label(pre)); else { out.colscroll++; out.colwide.push(label(pre)); }
     }
     if (k === "source") {  // how many of its lines are wider than the block shows
       const code = pre.querySelector(":scope > code") || pre;
@@ -37,7 +37,9 @@
       const cs = getComputedStyle(code);
       const room = Math.floor((box.clientWidth - parseFloat(cs.paddingLeft) - parseFloat(cs.paddingRight)) / cw);
       const lines = code.textContent.replace(/\n$/, "").split("\n");
-      out.lines[0] += lines.length; out.lines[1] += lines.filter(l => l.length > room).length;
+      const over = lines.filter(l => l.length > room).length;
+      out.lines[0] += lines.length; out.lines[1] += over;
+      out.srcblocks[0]++; if (over) out.srcblocks[1].push(label(pre));
     }
   }
   for (const t of all("table")) {
@@ -88,7 +90,8 @@
   }
   // Output lines that are table rows (next to another row; a gap of two or more spaces inside,
   // a short last field: squeue, sacct, a sweep) stay on one line each.
-  const row = l => l !== undefined && !l.startsWith("$ ") && /\S {2,}\S/.test(l) && l.trim().split(/ {2,}/).pop().split(/\s+/).length <= 6;
+  // (a line of a diff, "+    x = 1  # y", is code, not a row)
+  const row = l => l !== undefined && !l.startsWith("$ ") && !/^([-+](?![-+])|@@)/.test(l) && /\S {2,}\S/.test(l) && l.trim().split(/ {2,}/).pop().split(/\s+/).length <= 6;
   for (const pre of all("pre")) {
     if (kind(pre) !== "output") continue;
     const nodes = []; let full = "";
@@ -99,14 +102,31 @@
     }
     const at = k => { let i = nodes.length - 1; while (i > 0 && nodes[i][1] > k) i--; return [nodes[i][0], Math.min(k - nodes[i][1], nodes[i][0].data.length)]; };
     const lines = full.split("\n");
+    // Rows of numbers the rule above misses (a long last field): neighbours that share a column
+    // (a field starting at the same place after a gap of two or more spaces), every one ending
+    // in a token with a digit: ZeRO's bytes per rank, a table of results.
+    // (indentation is not a gap; a line that a program's name or a key prefixes, "ddp_check: ...",
+    // is a message)
+    const starts = l => l === undefined ? new Set() : new Set([...l.matchAll(/(?<=\S) {2,}(?=\S)/g)].map(m => m.index + m[0].length));
+    const numeric = l => l !== undefined && !/^\s*[\w.]+: \S/.test(l) && /\d/.test(l.trim().split(/\s+/).pop() || "") && starts(l).size > 0;
+    const shares = (l, m) => [...starts(l)].some(c => starts(m).has(c));
+    const inNumGroup = new Set();
+    for (let i = 0; i < lines.length; ) {
+      let j = i;
+      while (j + 1 < lines.length && numeric(lines[j]) && numeric(lines[j + 1]) && shares(lines[j], lines[j + 1])) j++;
+      if (j > i) for (let q = i; q <= j; q++) inNumGroup.add(q);
+      i = j + 1;
+    }
     let start = 0;
     lines.forEach((l, i) => {
       const s0 = start; start += l.length + 1;
-      if (!row(l) || !(row(lines[i - 1]) || row(lines[i + 1]))) return;
+      const isRow = row(l) && (row(lines[i - 1]) || row(lines[i + 1]));
+      if (!isRow && !inNumGroup.has(i)) return;
       const r = document.createRange(), [a, ao] = at(s0), [b, bo] = at(s0 + l.trimEnd().length);
       r.setStart(a, ao); r.setEnd(b, bo);
-      out.columns[0]++;
-      if (lineCount(r.getClientRects()) > 1) out.columns[1].push(l.trim().slice(0, 60));
+      const wraps = lineCount(r.getClientRects()) > 1;
+      if (isRow) { out.columns[0]++; if (wraps) out.columns[1].push(l.trim().slice(0, 60)); }
+      if (inNumGroup.has(i)) { out.numrows[0]++; if (wraps) out.numrows[1].push(l.trim().slice(0, 60)); }
     });
   }
   // Inline code (prose, lists, tables) that breaks across lines inside a token: where (the two
