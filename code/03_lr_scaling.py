@@ -154,13 +154,14 @@ for opt_name, batch_size, rule, warmup_steps, seed in runs:
         acc = accuracy(model.module, test, device)
         split = f"{world_size}x{micro}x{args.accum}"
         line = (f"{opt_name:4} {batch_size:3} = {split:7} lr {ddp_lr:.4f} "
-                f"{rule:7}  warmup {warmup_steps:2}  seed {seed}  "
-                f"{steps:3} steps  acc {acc:.4f}")
+                f"{rule:7}")
         if args.reference:  # the comparison instead of warmup, seed, ...
             diff = max((a - b).abs().max().item()
                        for a, b in zip(model.module.parameters(),
                                        ref.parameters()))
-            line = line[:line.index("  warmup")] + (
-                f"  max|dparam| vs 1 process {below(diff)}")
+            line += f"  max|dparam| vs 1 process {below(diff)}"
+        else:
+            line += (f"  warmup {warmup_steps:2}  seed {seed}  "
+                     f"{steps:3} steps  acc {acc:.4f}")
         print(line, flush=True)
 cleanup()
