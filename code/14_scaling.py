@@ -64,7 +64,8 @@ opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 def timed(batch):
     """Time training steps, data already on the device: (steps, seconds of the
     slowest rank, the window's start and end on rank 0's clock, which the sweep
-    matches with the GPU-use samples)."""
+    matches with the GPU-use samples, and the 10-step probe's seconds that
+    chose the count)."""
     x = torch.randn(batch, 1, args.image_size, args.image_size, device=device)
     y = torch.randint(0, 10, (batch,), device=device)
 
@@ -91,9 +92,10 @@ def timed(batch):
     run(5)
     # the same count on every rank (a rank that stops early would leave the
     # others waiting)
-    steps = args.steps or max(10, math.ceil(args.seconds / (run(10)[0] / 10)))
+    probe = None if args.steps else run(10)[0]
+    steps = args.steps or max(10, math.ceil(args.seconds / (probe / 10)))
     seconds, start, end = run(steps)
-    return steps, seconds, start, end
+    return steps, seconds, start, end, probe
 
 
 row = dict(nodes=len(set(hosts)), gpus=world_size, backend=dist.get_backend(),
@@ -104,9 +106,9 @@ row = dict(nodes=len(set(hosts)), gpus=world_size, backend=dist.get_backend(),
            python=platform.python_version(), image_size=args.image_size)
 for mode, batch in (("strong", per_rank_batch(args.batch, world_size)),
                     ("weak", args.batch)):
-    steps, seconds, start, end = timed(batch)
+    steps, seconds, start, end, probe = timed(batch)
     row[mode] = dict(global_batch=batch * world_size, steps=steps,
-                     seconds=seconds, window=[start, end],
+                     seconds=seconds, window=[start, end], probe_s=probe,
                      step_s=seconds / steps,
                      images_per_s=batch * world_size * steps / seconds)
 if rank == 0:

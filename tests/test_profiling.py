@@ -6,6 +6,7 @@ real traces and the real chain run in notebooks/14-profiling.ipynb."""
 import base64
 import importlib
 import json
+import math
 import os
 import re
 import socket
@@ -225,8 +226,10 @@ def test_more_traced_steps_than_an_epoch_has(tmp_path, active):
 
 
 def test_the_benchmark_times_its_window(tmp_path):
-    """--seconds: each mode runs about that long after its warm-up, and the row says when (the
-    sweep keeps the GPU-use samples of these windows) and how long (the step times come from it)."""
+    """--seconds: each mode runs as many steps as a 10-step probe says fill that long after its
+    warm-up, and the row says when (the sweep keeps the GPU-use samples of these windows) and how
+    long (the step times come from it). The seconds themselves are not asserted: a noisy host can
+    make the probe slower than the run it sizes."""
     r = run("code/14_scaling.py", "--image-size", "8", "--batch", "16", "--seconds", "1",
             "--out", str(tmp_path / "row.json"), env=one_process())
     assert r.returncode == 0, r.stderr
@@ -237,7 +240,8 @@ def test_the_benchmark_times_its_window(tmp_path):
     assert s0 < s1 <= w0 < w1
     for m in ("strong", "weak"):
         m = row[m]
-        assert m["steps"] >= 10 and 0.5 < m["seconds"] <= m["window"][1] - m["window"][0] + 0.01
+        assert m["steps"] == max(10, math.ceil(1 / (m["probe_s"] / 10)))
+        assert 0 < m["seconds"] <= m["window"][1] - m["window"][0] + 0.01
         assert m["step_s"] == pytest.approx(m["seconds"] / m["steps"])
         assert m["images_per_s"] == pytest.approx(16 * m["steps"] / m["seconds"])
 
