@@ -27,7 +27,7 @@ holds them, and at least FIGURES figures on the teaching pages.
 Then what a reader downloads: each page's cold weight, measured on the built site (the script
 builds it, `mkdocs build --strict`, unless --site names a build), as a browser with an empty cache
 fetches it at 1280 px: the page's HTML and every file it loads (its <img>, stylesheets, icon and
-scripts, the search worker and the search index, which Material fetches on every page), each
+scripts and the search worker; the search index waits for the reader's first search), each
 once; "sent" is the same with the text files gzipped, as a server that compresses sends them
 (PNGs as they are). And the search index, the whole site and the .zip of the repository.
 Writes benchmarks/reading-load.md and benchmarks/reading-load.json.
@@ -300,7 +300,9 @@ def measure(root=ROOT):
 
 class _Loads(HTMLParser):
     """The URLs a page makes the browser fetch: <img src>, <link rel=stylesheet|icon href>,
-    <script src>, and from Material's configuration the search worker and the search index."""
+    <script src>, and from Material's configuration the search worker. Not the search index: it is
+    fetched on the reader's first search (overrides/main.html; tests/browser/test_search.py checks
+    that a page's first visit does not request it), and reported on its own below."""
 
     def __init__(self):
         super().__init__(convert_charrefs=True)
@@ -319,7 +321,7 @@ class _Loads(HTMLParser):
         if self._config:
             config = json.loads(data)
             if config.get("search"):
-                self.urls += [config["search"], config["base"].rstrip("/") + "/search/search_index.json"]
+                self.urls.append(config["search"])
             self._config = False
 
 
@@ -424,7 +426,8 @@ def markdown(result):
         "  outputs, those in collapsed boxes in brackets; code (fences, snippets, diffs) is not prose.",
         "- **cold KB**: what a first visit of the page downloads at 1280 px, in KB of 1,000 bytes,",
         "  measured on the built site: the HTML and every file it loads (images, stylesheets, scripts,",
-        "  the search index); **sent**: the same with the text gzipped, as a compressing server sends it.",
+        "  the search worker; the search index comes with the first search, below); **sent**: the same",
+        "  with the text gzipped, as a compressing server sends it.",
         "",
         *rows,
         "",
@@ -454,7 +457,7 @@ def markdown(result):
             "",
             "## Download",
             "",
-            f"- **Search index** (`search/search_index.json`, fetched by every page): {d['search_index_kb']:,} KB "
+            f"- **Search index** (`search/search_index.json`, fetched once, when the reader first opens search): {d['search_index_kb']:,} KB "
             f"({d['search_index_sent_kb']:,} KB gzipped).",
             f"- **Whole site**: {d['site_mb']:,} MB"
             + (f"; **the repository's .zip** ({ARCHIVE}): {d['archive_mb']:,} MB." if d["archive_mb"] is not None else "."),

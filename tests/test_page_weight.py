@@ -6,8 +6,9 @@ import re
 
 import reading_load
 
-# Gzipped, as a server that compresses sends the text: every page fetches Material's files and the
-# search index, 0.76 MB before gzip, so a page of its own at 1 MB uncompressed could hold nothing.
+# Uncompressed, as a server that does not compress sends it (gzipped it is about a quarter). Every
+# page fetches Material's files and the search worker, about 0.3 MB; the search index (0.46 MB)
+# only when the reader first searches (overrides/main.html).
 PAGE_LIMIT, HOME_LIMIT = 1_000_000, 400_000
 CHART = re.compile(r'(<a\b[^>]*>\s*)?<img\b([^>]*\bsrc="([^"]+\.png)"[^>]*)>')
 
@@ -24,14 +25,14 @@ def test_no_page_over_a_megabyte(site_dir):
     heavy = {}
     for name, page in pages(site_dir).items():
         raw, sent = reading_load.cold_weight(site_dir, page)
-        if sent > PAGE_LIMIT:
-            heavy[name] = f"{sent / 1000:,.0f} KB sent ({raw / 1000:,.0f} KB uncompressed)"
+        if raw > PAGE_LIMIT:
+            heavy[name] = f"{raw / 1000:,.0f} KB uncompressed ({sent / 1000:,.0f} KB sent gzipped)"
     assert not heavy, heavy
 
 
 def test_home_under_400_kb(site_dir):
     raw, sent = reading_load.cold_weight(site_dir, site_dir / "index.html")
-    assert sent < HOME_LIMIT, f"Home: {sent / 1000:,.0f} KB sent ({raw / 1000:,.0f} KB uncompressed)"
+    assert raw < HOME_LIMIT, f"Home: {raw / 1000:,.0f} KB uncompressed ({sent / 1000:,.0f} KB sent gzipped)"
 
 
 def test_no_figure_embedded_in_its_page(site_dir):

@@ -57,3 +57,16 @@ def test_search_enter_opens_the_step_page(tab, base_url, query, step):
     assert "Copied!" not in first.inner_text()
     box.press("Enter")
     tab.wait_for_url(re.compile(re.escape(base_url) + step + "/"), timeout=10_000)
+
+
+def test_the_index_comes_with_the_first_search(page, base_url):
+    """A first visit does not download the search index (half of Home's weight); focusing the
+    search box does, once, and the search then finds a page."""
+    asked = []
+    page.on("request", lambda r: asked.append(r.url) if r.url.endswith("/search/search_index.json") else None)
+    page.set_viewport_size({"width": 1280, "height": 900})
+    page.goto(base_url, wait_until="networkidle")
+    page.wait_for_timeout(500)
+    assert asked == [], "the index was requested before any search"
+    box, first = type_search(page, base_url, "SyncBatchNorm")
+    assert len(asked) == 1 and "02-equivalence" in first.locator("a").first.get_attribute("href"), asked
