@@ -457,8 +457,8 @@ def markdown(result):
             "",
             "## Download",
             "",
-            f"- **Search index** (`search/search_index.json`, fetched once, when the reader first opens search): {d['search_index_kb']:,} KB "
-            f"({d['search_index_sent_kb']:,} KB gzipped).",
+            f"- **Search index** (`search/search_index.json`, fetched once, when the reader first opens "
+            f"search): {d['search_index_kb']:,} KB ({d['search_index_sent_kb']:,} KB gzipped).",
             f"- **Whole site**: {d['site_mb']:,} MB"
             + (f"; **the repository's .zip** ({ARCHIVE}): {d['archive_mb']:,} MB." if d["archive_mb"] is not None else "."),
             f"- **Heaviest page**, `{h['page']}`: {h['cold_kb']:,} KB on a first visit ({h['sent_kb']:,} KB sent "

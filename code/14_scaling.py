@@ -92,8 +92,11 @@ def timed(batch):
     run(5)
     # the same count on every rank (a rank that stops early would leave the
     # others waiting)
-    probe = None if args.steps else run(10)[0]
-    steps = args.steps or max(10, math.ceil(args.seconds / (probe / 10)))
+    if args.steps:
+        steps, probe = args.steps, None
+    else:
+        probe = run(10)[0]
+        steps = max(10, math.ceil(args.seconds / (probe / 10)))
     seconds, start, end = run(steps)
     return steps, seconds, start, end, probe
 
