@@ -27,6 +27,17 @@ from stop_signals import (ignore_stop_signals, signal_like_slurm,
 noted = []
 
 
+def why_worker_died(error):
+    """The loader's error, first line, without the pid (it differs per run).
+    A SIGCHLD that arrives while the loader waits on its queue raises "is
+    killed by signal" inside the loader's own check, which re-raises it as
+    "exited unexpectedly" (which one a run gets is a race): the signal's error
+    is then the cause, and it is the one that says why."""
+    while isinstance(error.__cause__, RuntimeError):
+        error = error.__cause__
+    return re.sub(r" \(pid \d+\)", "", str(error).splitlines()[0].strip())
+
+
 def one_case(start_method, send, workers_hear):
     noted.clear()
     ignore = workers_hear == "ignore"
@@ -49,9 +60,7 @@ def one_case(start_method, send, workers_hear):
                 signal_like_slurm(send)
         result = f"all {i + 1} batches; main process noted {', '.join(noted)}"
     except RuntimeError as e:  # how the main process learns that a worker died
-        # (pids differ per run); the error on a line of its own, below the row
-        why = re.sub(r" \(pid \d+\)", "", str(e).splitlines()[0].strip())
-        result = f"failed after batch {i}:\n{'':9}{why}"
+        result = f"failed after batch {i}:\n{'':9}{why_worker_died(e)}"
     del batches  # ends the workers still alive before the next case
     sent = noted[0][3:] if send == "slurm" and noted else send
     print(f"{start_method:6} SIG{sent:5} workers: {workers_hear:8}"

@@ -7,12 +7,14 @@ preemption and at the time limit, with 2 processes started as srun starts them (
 and the requeue templates on the practice cluster: scancel ends a job, a failure ends it, only
 Slurm's warning requeues it.
 """
+import importlib
 import os
 import re
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -154,6 +156,35 @@ def test_slurm_signals_spawn_workers_in_a_job_step(cluster, sig, hear, result):
     assert srun.returncode == 0, out
 
 
+
+
+class _SlowData(torch.utils.data.Dataset):
+    """A second a sample: the loader's queue is empty when the worker dies."""
+    def __len__(self):
+        return 100
+
+    def __getitem__(self, i):
+        time.sleep(1)
+        return torch.tensor(float(i))
+
+
+def test_a_worker_killed_while_the_loader_waits_is_named_by_its_signal():
+    """Which error the main process gets is a race: a SIGCHLD that arrives while the loader waits
+    on its queue raises "is killed by signal" inside the loader's own check, which re-raises it
+    as "exited unexpectedly". Here the main process is sure to be waiting; the row still names
+    the signal."""
+    workers = importlib.import_module("09_workers")
+    batches = iter(torch.utils.data.DataLoader(_SlowData(), num_workers=1,
+                                               multiprocessing_context="fork"))
+    next(batches)
+    pid = batches._workers[0].pid
+    # from another process, as Slurm sends it (a worker its parent signals just exits)
+    threading.Timer(0.3, subprocess.run, (["kill", "-TERM", str(pid)],)).start()
+    with pytest.raises(RuntimeError) as died:
+        next(batches)
+    assert "exited unexpectedly" in str(died.value)
+    assert workers.why_worker_died(died.value) == (
+        "DataLoader worker is killed by signal: Terminated.")
 
 
 def test_torchrun_passes_slurms_warning_on_with_signals_to_handle(cluster):
