@@ -46,13 +46,15 @@ def _own_tmpdir():
     """A temporary folder for this run, which the processes it starts (kernels, torchrun's
     agents and its log folders, multiprocessing's folders) use as TMPDIR and the run removes at
     its end: the suite leaves nothing in /tmp. Made after the cluster's daemons start, so that
-    they do not inherit it; xdist's workers share the controller's. A job on a node with a /tmp
-    of its own (LUMI's) does not find the folder, and Python falls back to that /tmp."""
+    they do not inherit it; xdist's workers share the controller's. Made as well in the /tmp of
+    each node that has its own (LUMI's), where root's and the cluster user's jobs both use it."""
     global _tmpdir
     if os.environ.get("DDP_TESTS_TMPDIR"):
         return
     _tmpdir = tempfile.mkdtemp(prefix="ddp-tests-")
-    os.chmod(_tmpdir, 0o1777)  # the cluster user's kernels and jobs write there too
+    for d in [Path(_tmpdir), *daemons.own_tmp_folders(Path(_tmpdir).name)]:
+        d.mkdir(exist_ok=True)
+        os.chmod(d, 0o1777)  # the cluster user's kernels and jobs write there too
     os.environ["TMPDIR"] = os.environ["DDP_TESTS_TMPDIR"] = _tmpdir
 
 
@@ -61,7 +63,8 @@ def pytest_sessionfinish(session, exitstatus):
     if _held:
         daemons.release(HOLDER, quiet=True)
     if _tmpdir:
-        shutil.rmtree(_tmpdir, ignore_errors=True)
+        for d in [Path(_tmpdir), *daemons.own_tmp_folders(Path(_tmpdir).name)]:
+            shutil.rmtree(d, ignore_errors=True)
 
 
 # Steps 1 and 5 run as a cluster user would run them (tests/test_cluster_user.py: an ordinary

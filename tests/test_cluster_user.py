@@ -70,6 +70,25 @@ def test_a_job_that_queues_shows_why_and_is_read_later(cluster, tmp_path, monkey
         subprocess.run(["scancel", blocker, *([job] if job else [])], env=env)
 
 
+def test_the_runs_tmpdir_serves_root_and_the_cluster_user_on_a_lumi_node(cluster, capsys):
+    """A LUMI node has a /tmp of its own, and the run's TMPDIR (conftest.py) is made there too: a
+    job of root's, then one of the cluster user's, on the same node, both write in it, and
+    neither's output has slurmstepd's "error: TMPDIR [...] is not writeable" (the first job to
+    need the folder made it, mode 700, and a job of the other user got that line)."""
+    from practice_cluster.cluster_user import submit_as_cluster_user
+    tmpdir = os.environ["DDP_TESTS_TMPDIR"]
+    script = Path(tmpdir) / f"tmpdir-{os.getpid()}.sbatch"  # where the cluster user reads it too
+    script.write_text("#!/bin/bash\n#SBATCH --account=project_462000000 --partition=small-g\n"
+                      "#SBATCH --nodelist=nid005000 --ntasks=1 --time=00:02:00\n"
+                      'touch "$TMPDIR/by-$(id -un)-$SLURM_JOB_ID" && echo "$(id -un) wrote in $TMPDIR"\n')
+    try:
+        assert jobs.submit(str(script)) == f"root wrote in {tmpdir}\n"
+        printed = submit_as_cluster_user(str(script))
+        assert printed.endswith(f"; its output:\n{config.CLUSTER_USER} wrote in {tmpdir}\n"), printed
+    finally:
+        script.unlink()
+
+
 def test_setup_in_lumis_container(cluster):
     """On a LUMI node of the practice cluster (its /appl/local/laifs: the AI Factory module and
     image stand-ins) the setup builds the venv in the container and a kernel that starts there."""
