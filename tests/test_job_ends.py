@@ -7,7 +7,6 @@ import json
 import os
 import re
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -243,12 +242,7 @@ def _by_each_source(job):
     """How the job ended as slurmctld tells it (scontrol, while it holds the job: what submit()
     reads) and as the accounting database does (sacct: what job_result() reads later)."""
     by_scontrol = jobs._exit_status(job, sources=("scontrol",))
-    for _ in range(150):  # slurmctld sends the record to slurmdbd a moment after the job ends,
-        # and under load a FAILED state may be stored before its exit code (seen once: 0:0)
-        by_sacct = jobs._exit_status(job, sources=("sacct",))
-        if by_sacct[0] in jobs.FINAL and not (by_sacct[0] == "FAILED" and not any(by_sacct[1:])):
-            break
-        time.sleep(0.2)
+    by_sacct = jobs.wait_recorded(job)
     return {"scontrol": jobs._how_it_ended(*by_scontrol), "sacct": jobs._how_it_ended(*by_sacct)}
 
 

@@ -306,6 +306,20 @@ def _exit_status(job_id, sources=("scontrol", "sacct")):
     return None, None, None
 
 
+def wait_recorded(job_id, timeout=30):
+    """(state, exit code, signal) from the accounting database (what sacct shows), once its record
+    of the job has ended: slurmctld sends the record to slurmdbd a moment after the job ends, and
+    under load a FAILED state may be stored before its exit code (seen once: 0:0). After
+    `timeout` seconds, the record as it is."""
+    deadline = time.monotonic() + timeout
+    while True:
+        record = _exit_status(job_id, sources=("sacct",))
+        if (record[0] in FINAL and not (record[0] == "FAILED" and not any(record[1:]))
+                or time.monotonic() > deadline):
+            return record
+        time.sleep(0.2)
+
+
 def _how_it_ended(state, code, sig):
     """What follows "job N " (the module's docstring says why): the exit code or the signal where
     the batch script ended the job, Slurm's state where Slurm did."""
