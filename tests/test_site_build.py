@@ -124,10 +124,12 @@ def test_every_step_says_how_to_give_the_project_and_what_python_needs(site_dir)
         first = text.find('--8<-- "slurm/')
         assert 0 <= mark < first, f"{page.name}: no <!-- account {key} --> before its first batch script"
         assert not re.search(r"^## ", text[mark:first], re.M), f"{page.name}: the mark is in another section"
-    box = {k: mkdocs_hooks.account(ROOT, k) for k in ["01", "06", "07", "08", "09"]}
+    box = {k: mkdocs_hooks.account(ROOT, k) for k in ["01", "06", "07", "08", "09", "13"]}
     assert all("--account=project_<number>" in b and "SBATCH_ACCOUNT" in b for b in box.values())
     assert "**scikit-learn**" in box["01"] and "deepspeed" not in box["01"].split("**Python.**")[1].split("Roihu's")[0]
-    for k, package in [("06", "deepspeed"), ("07", "lightning"), ("08", "accelerate"), ("09", "lightning")]:
+    # step 13 reads the digits through a module of its own (data_loading.py), which the box follows
+    for k, package in [("06", "deepspeed"), ("07", "lightning"), ("08", "accelerate"), ("09", "lightning"),
+                       ("13", "scikit-learn")]:
         assert f"**{package}**" in box[k], (k, package)
     setup = "run-on-your-cluster.md#" if (ROOT / "docs" / "run-on-your-cluster.md").exists() else "clusters.md)"
     assert f"]({setup}" in box["01"]

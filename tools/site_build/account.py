@@ -26,11 +26,17 @@ def step_needs(root, key, page=None):
         (f for f in files if not re.search(r"-(lumi|generic|launcher)$", f.stem)), key=lambda f: len(f.name))
     scripts = sorted({s for f in files if not f.stem.endswith("-generic")
                       for s in re.findall(r"\bcode/\w+\.py", f.read_text())})
-    needs = set()
-    for s in scripts:
+    needs, read, todo = set(), set(), list(scripts)
+    while todo:  # the scripts, and the modules of code/ they import (step 13's data_loading.py)
+        s = todo.pop()
+        if s in read:
+            continue
+        read.add(s)
         text = (root / s).read_text()
-        needs |= {PACKAGES[m] for m in re.findall(r"^\s*(?:import|from) (\w+)", text, re.M) if m in PACKAGES}
-        if "load_dataset(" in text:  # the digits: the file scikit-learn ships (ddp_helpers.py)
+        imported = re.findall(r"^\s*(?:import|from) (\w+)", text, re.M)
+        needs |= {PACKAGES[m] for m in imported if m in PACKAGES}
+        todo += [f"code/{m}.py" for m in imported if (root / "code" / f"{m}.py").exists()]
+        if re.search(r"(?<!def )\bload_dataset\(", text):  # the digits: the file scikit-learn ships
             needs.add("scikit-learn")
     return default.relative_to(root).as_posix(), scripts, sorted(needs)
 
