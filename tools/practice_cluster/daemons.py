@@ -199,7 +199,7 @@ def own_tmp_folders(name):
     """The folder `name` in the /tmp of each node that has a /tmp of its own (LUMI's): a test
     run makes its TMPDIR there as on the host (mode 1777). Without it, the first job on such a
     node has slurmstepd make the folder as that job's user, mode 700, and a job of another user
-    there then prints "error: TMPDIR [...] is not writeable". None but existing nodes' disks."""
+    there then prints "error: TMPDIR [...] is not writeable". Empty when no cluster is set up."""
     disks = [STATE / "nodes" / n for n, (key, _) in NODES.items() if key == "lumi"]
     return [d / name for d in disks if d.is_dir()]
 
