@@ -52,10 +52,15 @@ def _own_tmpdir():
     if os.environ.get("DDP_TESTS_TMPDIR"):
         return
     _tmpdir = tempfile.mkdtemp(prefix="ddp-tests-")
-    for d in [Path(_tmpdir), *daemons.own_tmp_folders(Path(_tmpdir).name)]:
+    for d in _tmp_folders():
         d.mkdir(exist_ok=True)
         os.chmod(d, 0o1777)  # the cluster user's kernels and jobs write there too
     os.environ["TMPDIR"] = os.environ["DDP_TESTS_TMPDIR"] = _tmpdir
+
+
+def _tmp_folders():
+    """The run's TMPDIR on the host and in each LUMI node's own /tmp (while the cluster is up)."""
+    return [Path(_tmpdir), *daemons.own_tmp_folders(Path(_tmpdir).name)]
 
 
 def pytest_sessionfinish(session, exitstatus):
@@ -63,7 +68,7 @@ def pytest_sessionfinish(session, exitstatus):
     if _held:
         daemons.release(HOLDER, quiet=True)
     if _tmpdir:
-        for d in [Path(_tmpdir), *daemons.own_tmp_folders(Path(_tmpdir).name)]:
+        for d in _tmp_folders():
             shutil.rmtree(d, ignore_errors=True)
 
 

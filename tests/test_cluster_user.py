@@ -70,7 +70,7 @@ def test_a_job_that_queues_shows_why_and_is_read_later(cluster, tmp_path, monkey
         subprocess.run(["scancel", blocker, *([job] if job else [])], env=env)
 
 
-def test_the_runs_tmpdir_serves_root_and_the_cluster_user_on_a_lumi_node(cluster, capsys):
+def test_the_runs_tmpdir_serves_root_and_the_cluster_user_on_a_lumi_node(cluster):
     """A LUMI node has a /tmp of its own, and the run's TMPDIR (conftest.py) is made there too: a
     job of root's, then one of the cluster user's, on the same node, both write in it, and
     neither's output has slurmstepd's "error: TMPDIR [...] is not writeable" (the first job to
